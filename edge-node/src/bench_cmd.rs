@@ -1,0 +1,126 @@
+//! `edge-node bench`: prefill time, decode speed and its growth with context, peak memory.
+//!
+//! BENCHMARKS.md quotes this command; `deploy/bench/slm_decode.sh` runs it next to the
+//! onnxruntime-genai baseline on the same model files.
+
+use std::time::Instant;
+
+use clap::Args;
+use common::runtime::{CausalLm, KvCache};
+use common::sampling::argmax;
+use serde::Serialize;
+
+use crate::model_args::ModelArgs;
+use crate::proc_stats::peak_rss_mib;
+
+/// Options of `edge-node bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Prompt length for the prefill measurement.
+    #[arg(long, default_value_t = 256)]
+    pub prefill_tokens: usize,
+    /// Decode steps timed at each context length.
+    #[arg(long, default_value_t = 64)]
+    pub decode_tokens: usize,
+    /// Context lengths at which decode is timed (comma separated).
+    #[arg(long, value_delimiter = ',', default_value = "128,1024")]
+    pub contexts: Vec<usize>,
+    /// Repetitions (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
+}
+
+#[derive(Serialize)]
+struct DecodeAt {
+    context: usize,
+    ms_per_token: f64,
+    tokens_per_s: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    model: String,
+    precision: String,
+    threads: usize,
+    prefill_tokens: usize,
+    prefill_ms: f64,
+    decode: Vec<DecodeAt>,
+    /// ms/token at the largest context over ms/token at the smallest.
+    context_growth_ratio: f64,
+    peak_rss_mib: Option<f64>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Realistic token ids: the tokenizer's encoding of varied text, repeated to length.
+fn filler(tok: &common::tokenizer::Tokenizer, n: usize) -> anyhow::Result<Vec<u32>> {
+    let base = tok.encode(
+        "The quick brown fox jumps over the lazy dog. def fibonacci(n):\n    if n < 2:\n        return n\n    \
+         return fibonacci(n - 1) + fibonacci(n - 2)\nPack my box with five dozen liquor jugs; 0123456789.\n",
+    )?;
+    Ok(base.iter().copied().cycle().take(n).collect())
+}
+
+fn time_decode(lm: &mut CausalLm, cache: &mut KvCache, context: &[u32], steps: usize) -> anyhow::Result<f64> {
+    cache.clear();
+    let mut out = lm.forward(cache, context)?;
+    let t = Instant::now();
+    for _ in 0..steps {
+        let next = argmax(&out.logits).map(|(i, _)| i).unwrap_or(0);
+        lm.forward_into(cache, &[next], &mut out)?;
+    }
+    Ok(t.elapsed().as_secs_f64() * 1e3 / steps as f64)
+}
+
+/// Run the command; prints one JSON report.
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.repeat > 0 && args.decode_tokens > 0, "--repeat and --decode-tokens must be > 0");
+    anyhow::ensure!(!args.contexts.is_empty(), "--contexts needs at least one length");
+    let need = args.contexts.iter().copied().max().unwrap_or(0).max(args.prefill_tokens) + args.decode_tokens + 1;
+    let mut model = args.model.clone();
+    model.max_context = model.max_context.max(need);
+    let (mut lm, tok) = model.load()?;
+    let mut cache = lm.new_cache(Some(need))?;
+    // Warm-up: first runs allocate and pack weights.
+    let warm = filler(&tok, 32)?;
+    time_decode(&mut lm, &mut cache, &warm, 4)?;
+
+    let prompt = filler(&tok, args.prefill_tokens)?;
+    let mut prefill = Vec::new();
+    for _ in 0..args.repeat {
+        cache.clear();
+        let t = Instant::now();
+        lm.forward(&mut cache, &prompt)?;
+        prefill.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let mut decode = Vec::new();
+    for &ctx in &args.contexts {
+        let context = filler(&tok, ctx.max(1))?;
+        let mut runs = Vec::new();
+        for _ in 0..args.repeat {
+            runs.push(time_decode(&mut lm, &mut cache, &context, args.decode_tokens)?);
+        }
+        let ms = median(runs);
+        decode.push(DecodeAt { context: ctx, ms_per_token: ms, tokens_per_s: 1e3 / ms });
+    }
+    let first = decode.first().map(|d| d.ms_per_token).unwrap_or(1.0);
+    let last = decode.last().map(|d| d.ms_per_token).unwrap_or(1.0);
+    let threads = if args.model.threads == 0 { std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) } else { args.model.threads };
+    let report = Report {
+        model: lm.manifest().id.clone(),
+        precision: lm.manifest().precision.clone(),
+        threads,
+        prefill_tokens: args.prefill_tokens,
+        prefill_ms: median(prefill),
+        decode,
+        context_growth_ratio: last / first,
+        peak_rss_mib: peak_rss_mib(),
+    };
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}

@@ -1,0 +1,39 @@
+//! `edge-node`: Duet's device side. Runs the SLM locally; later issues add routing to the cloud.
+
+mod bench_cmd;
+mod generate_cmd;
+mod model_args;
+mod proc_stats;
+
+use clap::{Parser, Subcommand};
+
+/// Duet edge node: token-level edge–cloud LLM inference, device side.
+#[derive(Debug, Parser)]
+#[command(name = "edge-node", version, about)]
+struct Cli {
+    /// Log filter (tracing's EnvFilter syntax), e.g. `info` or `common=debug`.
+    #[arg(long, global = true, env = "DUET_LOG", default_value = "warn")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Generate text for a prompt, streaming tokens to stdout as they are produced.
+    Generate(generate_cmd::GenerateArgs),
+    /// Measure prefill and decode speed of a model on this machine.
+    Bench(bench_cmd::BenchArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).map_err(|e| anyhow::anyhow!("invalid --log filter `{}`: {e}", cli.log))?)
+        .with_writer(std::io::stderr)
+        .init();
+    match cli.command {
+        Command::Generate(args) => generate_cmd::run(args),
+        Command::Bench(args) => bench_cmd::run(args),
+    }
+}

@@ -1,0 +1,5 @@
+//! `loadtest`: placeholder binary; the issue "End-to-end token routing" fills it in.
+
+fn main() -> anyhow::Result<()> {
+    anyhow::bail!("loadtest is not implemented yet: see the open issues")
+}
