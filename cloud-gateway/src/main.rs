@@ -1,5 +1,26 @@
-//! `cloud-gateway`: placeholder binary; the issue "End-to-end token routing" fills it in.
+//! `cloud-gateway`: QUIC server that batches escalations from many devices into the LLM.
 
-fn main() -> anyhow::Result<()> {
-    anyhow::bail!("cloud-gateway is not implemented yet: see the open issues")
+use clap::Parser;
+use cloud_gateway::cli::GatewayArgs;
+use cloud_gateway::server::Gateway;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = GatewayArgs::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&args.log).map_err(|e| anyhow::anyhow!("invalid --log `{}`: {e}", args.log))?)
+        .with_writer(std::io::stderr)
+        .init();
+    let config = args.gateway_config()?;
+    let (backend, facts) = tokio::task::spawn_blocking({
+        let args = args.clone();
+        move || args.load_backend()
+    })
+    .await??;
+    let gateway = Gateway::start(config, backend, facts).await?;
+    eprintln!("cloud-gateway ready on quic://{} (http {:?})", gateway.local_addr()?, gateway.http_addr);
+    tokio::signal::ctrl_c().await?;
+    tracing::info!("shutting down");
+    gateway.shutdown().await;
+    Ok(())
 }

@@ -1,0 +1,61 @@
+//! The HTTP side port: Prometheus `/metrics`, liveness `/healthz`, readiness `/readyz`.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+
+use axum::{extract::State, http::StatusCode, routing::get, Router};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+use crate::server::Shared;
+
+static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Install the process-wide Prometheus recorder (once; later calls reuse it).
+pub fn prometheus() -> Option<&'static PrometheusHandle> {
+    PROMETHEUS
+        .get_or_init(|| match PrometheusBuilder::new().install_recorder() {
+            Ok(h) => Some(h),
+            Err(e) => {
+                tracing::warn!("metrics recorder not installed: {e}");
+                None
+            }
+        })
+        .as_ref()
+}
+
+async fn metrics_text() -> (StatusCode, String) {
+    match prometheus() {
+        Some(h) => (StatusCode::OK, h.render()),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "metrics recorder unavailable\n".into()),
+    }
+}
+
+async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str) {
+    let in_flight = shared.queue.stats().in_flight.load(Ordering::Relaxed);
+    if shared.queue.actor().get_status() != ractor::ActorStatus::Running {
+        (StatusCode::SERVICE_UNAVAILABLE, "batcher not running\n")
+    } else if in_flight >= shared.queue.capacity() {
+        (StatusCode::SERVICE_UNAVAILABLE, "queue full\n")
+    } else {
+        (StatusCode::OK, "ready\n")
+    }
+}
+
+/// Bind and serve; returns the bound address and the server task.
+pub async fn serve(addr: SocketAddr, shared: Arc<Shared>) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    prometheus();
+    let app = Router::new()
+        .route("/metrics", get(metrics_text))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .with_state(shared);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!("HTTP side port stopped: {e}");
+        }
+    });
+    Ok((bound, task))
+}
