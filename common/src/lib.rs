@@ -7,6 +7,7 @@
 pub mod chat;
 pub mod detokenize;
 pub mod model_files;
+pub mod protocol;
 pub mod runtime;
 pub mod sampling;
 pub mod tokenizer;

@@ -39,6 +39,55 @@ pub struct GenerateArgs {
     /// Print one JSON object (text, token ids, stats) instead of streaming text.
     #[arg(long, env = "DUET_JSON")]
     pub json: bool,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+}
+
+/// Routing to the cloud gateway (off unless --gateway is given).
+#[derive(Debug, Clone, Args)]
+pub struct CloudArgs {
+    /// Gateway address (host:port); without it generation is local-only.
+    #[arg(long, env = "DUET_GATEWAY")]
+    pub gateway: Option<String>,
+    /// Escalate a token when the router's confidence is below tau (0 = never, 1 = always).
+    #[arg(long, env = "DUET_TAU", default_value_t = 0.5, value_parser = parse_unit)]
+    pub tau: f32,
+    /// The gateway's certificate (PEM); default: $DUET_HOME/gateway-cert.pem, which a local gateway writes.
+    #[arg(long, env = "DUET_CA_CERT")]
+    pub ca_cert: Option<std::path::PathBuf>,
+    /// Skip TLS verification of the gateway (development only).
+    #[arg(long, env = "DUET_INSECURE")]
+    pub insecure: bool,
+    /// TLS name of the gateway.
+    #[arg(long, env = "DUET_SERVER_NAME", default_value = "localhost")]
+    pub server_name: String,
+    /// Shared secret the gateway expects.
+    #[arg(long, env = "DUET_AUTH_TOKEN", default_value = "", hide_env_values = true)]
+    pub auth_token: String,
+    /// This device's id (default: host name and process id).
+    #[arg(long, env = "DUET_DEVICE_ID")]
+    pub device_id: Option<String>,
+    /// How long to wait for the first connection before starting (generation never waits later).
+    #[arg(long, env = "DUET_CONNECT_WAIT_MS", default_value_t = 3000)]
+    pub connect_wait_ms: u64,
+    /// Shortest wait for a cloud token, ms.
+    #[arg(long, env = "DUET_DEADLINE_MIN_MS", default_value_t = 30)]
+    pub deadline_min_ms: u64,
+    /// Longest wait for a cloud token, ms: past it the SLM's token is used.
+    #[arg(long, env = "DUET_DEADLINE_MAX_MS", default_value_t = 1500)]
+    pub deadline_max_ms: u64,
+    /// Highlight cloud tokens: auto (when stdout is a terminal), always, never.
+    #[arg(long, env = "DUET_COLOR", default_value = "auto", value_parser = ["auto", "always", "never"])]
+    pub color: String,
+}
+
+fn parse_unit(s: &str) -> Result<f32, String> {
+    let v: f32 = s.parse().map_err(|e| format!("`{s}` is not a number: {e}"))?;
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v} is outside [0, 1]"))
+    }
 }
 
 /// Sampling options (greedy by default).
@@ -106,6 +155,9 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         }
     }
     let mut cache = lm.new_cache(None)?;
+    if args.cloud.gateway.is_some() {
+        return crate::routed_cmd::run(&args, &mut lm, &tok, &mut cache, prompt, dropped, sampling);
+    }
     let mut sampler = Sampler::new(sampling)?;
     let mut decoder = StreamDecoder::new();
     let mut out_ids = Vec::new();

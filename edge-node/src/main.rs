@@ -4,6 +4,7 @@ mod bench_cmd;
 mod generate_cmd;
 mod model_args;
 mod proc_stats;
+mod routed_cmd;
 
 use clap::{Parser, Subcommand};
 

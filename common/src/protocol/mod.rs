@@ -1,0 +1,47 @@
+//! The Duet wire protocol (v1): message types, the frame codec and the pure per-session logic
+//! that both ends run around it.
+//!
+//! Nothing in here touches a socket or an executor, so every rule of the protocol (framing,
+//! size limits, context deltas, sequence ordering, late replies) can be tested and fuzzed
+//! without a network. The QUIC transport in `edge-node` and `cloud-gateway` only moves the
+//! bytes that [`encode_frame`] produces and feeds what it reads to a [`FrameDecoder`].
+//!
+//! Layout, one job per file:
+//! - [`messages`]: the [`Frame`] envelope and the types inside it.
+//! - [`token_ids`]: the compact LEB128 encoding of token id lists.
+//! - [`codec`]: length-prefixed bincode framing with hard size limits.
+//! - [`validate`]: semantic checks on decoded frames (counts, floats, strings).
+//! - [`session_context`]: the gateway's copy of a session's tokens and its seq rules.
+//! - [`context_tracker`]: the edge's view of what the gateway holds, producing deltas.
+//! - [`reorder`]: releasing replies in seq order and dropping ones already resolved locally.
+
+pub mod codec;
+pub mod context_tracker;
+pub mod messages;
+pub mod reorder;
+pub mod session_context;
+pub mod token_ids;
+pub mod validate;
+
+#[cfg(test)]
+mod proptests;
+
+pub use codec::{decode_frame, encode_frame, CodecError, FrameDecoder, HARD_MAX_FRAME_BYTES, LENGTH_PREFIX_BYTES};
+pub use context_tracker::{ContextTracker, OutgoingSync};
+pub use messages::{ContextSync, ErrorCode, Frame, Limits, RejectReason, WireSampling};
+pub use reorder::{Inserted, ReorderBuffer, ReorderError};
+pub use session_context::{ContextError, SessionContext};
+pub use token_ids::{TokenIds, VarintError};
+pub use validate::{ValidationError, ValidationLimits};
+
+/// Version carried in `Hello`; the gateway rejects any other so that both ends never
+/// misinterpret each other's bincode layout (which has no field names or tags to fall back on).
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// QUIC ALPN identifier; a peer speaking another protocol fails the TLS handshake instead of
+/// sending us bytes we would try to decode.
+pub const ALPN: &[u8] = b"duet/1";
+
+/// Default cap on one frame's payload: far above any honest escalation (a full 4k-token
+/// context is ~12 KiB) yet small enough that a hostile peer cannot make us buffer much.
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 64 * 1024;

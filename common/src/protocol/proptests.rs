@@ -1,0 +1,258 @@
+//! Property tests across the codec: arbitrary frames round-trip through every decoding path
+//! and any byte string is answered with `Ok` or `Err`, never a panic. Also the wire budget.
+
+use proptest::prelude::*;
+
+use super::codec::{decode_frame, encode_frame, FrameDecoder, LENGTH_PREFIX_BYTES};
+use super::messages::{ContextSync, ErrorCode, Frame, Limits, RejectReason, WireSampling};
+use super::token_ids::{decode_varints, encode_varints, TokenIds};
+use super::DEFAULT_MAX_FRAME_BYTES;
+
+const MAX: usize = DEFAULT_MAX_FRAME_BYTES;
+
+fn token_ids() -> impl Strategy<Value = TokenIds> {
+    prop::collection::vec(any::<u32>(), 0..64).prop_map(TokenIds)
+}
+
+fn text() -> impl Strategy<Value = String> {
+    ".{0,24}"
+}
+
+fn context_sync() -> impl Strategy<Value = ContextSync> {
+    prop_oneof![
+        (any::<u32>(), token_ids()).prop_map(|(base_len, tokens)| ContextSync::Delta { base_len, tokens }),
+        token_ids().prop_map(|tokens| ContextSync::Full { tokens }),
+    ]
+}
+
+fn sampling() -> impl Strategy<Value = WireSampling> {
+    (any::<f32>(), any::<u32>(), any::<f32>(), any::<Option<u64>>())
+        .prop_map(|(temperature, top_k, top_p, seed)| WireSampling { temperature, top_k, top_p, seed })
+}
+
+fn reject_reason() -> impl Strategy<Value = RejectReason> {
+    prop_oneof![
+        any::<u16>().prop_map(|supported| RejectReason::Version { supported }),
+        text().prop_map(|expected| RejectReason::TokenizerMismatch { expected }),
+        Just(RejectReason::Auth),
+        Just(RejectReason::Overloaded),
+        text().prop_map(RejectReason::Other),
+    ]
+}
+
+fn error_code() -> impl Strategy<Value = ErrorCode> {
+    prop::sample::select(vec![
+        ErrorCode::Malformed,
+        ErrorCode::Oversize,
+        ErrorCode::UnknownSession,
+        ErrorCode::OutOfOrder,
+        ErrorCode::Replayed,
+        ErrorCode::ContextTooLong,
+        ErrorCode::InvalidToken,
+        ErrorCode::BackendFailed,
+        ErrorCode::DeadlineExpired,
+        ErrorCode::NotWelcomed,
+        ErrorCode::Internal,
+    ])
+}
+
+fn frame() -> impl Strategy<Value = Frame> {
+    prop_oneof![
+        (any::<u16>(), text(), text(), text(), text()).prop_map(|(v, d, a, f, s)| Frame::Hello {
+            protocol_version: v,
+            device_id: d,
+            auth: a,
+            tokenizer_fingerprint: f,
+            slm_id: s,
+        }),
+        (text(), text(), any::<[u32; 4]>()).prop_map(|(g, l, [a, b, c, d])| Frame::Welcome {
+            gateway_id: g,
+            llm_id: l,
+            limits: Limits { max_frame_bytes: a, max_context_tokens: b, max_sessions: c, service_time_ms: d },
+        }),
+        reject_reason().prop_map(|reason| Frame::Reject { reason }),
+        (any::<u64>(), any::<u32>(), context_sync(), sampling(), any::<u32>()).prop_map(
+            |(session_id, seq, context, sampling, deadline_ms)| Frame::Escalate {
+                session_id,
+                seq,
+                context,
+                sampling,
+                deadline_ms
+            }
+        ),
+        (any::<u64>(), any::<u32>(), any::<u32>(), any::<f32>(), any::<u32>()).prop_map(
+            |(session_id, seq, token_id, logprob, llm_ms)| Frame::Token { session_id, seq, token_id, logprob, llm_ms }
+        ),
+        (any::<u64>(), any::<u32>(), any::<u32>()).prop_map(|(session_id, seq, retry_after_ms)| Frame::Busy {
+            session_id,
+            seq,
+            retry_after_ms
+        }),
+        (any::<u64>(), any::<u32>(), any::<u32>()).prop_map(|(session_id, seq, held_len)| Frame::ContextMissing {
+            session_id,
+            seq,
+            held_len
+        }),
+        (any::<Option<u64>>(), any::<Option<u32>>(), error_code(), text())
+            .prop_map(|(session_id, seq, code, message)| Frame::Error { session_id, seq, code, message }),
+        any::<u64>().prop_map(|session_id| Frame::EndSession { session_id }),
+        any::<u64>().prop_map(|nonce| Frame::Ping { nonce }),
+        any::<u64>().prop_map(|nonce| Frame::Pong { nonce }),
+    ]
+}
+
+/// Frames with NaN floats are not equal to themselves; compare their encodings then, which
+/// are bit-exact.
+fn assert_same(decoded: &Frame, original: &Frame, original_bytes: &[u8]) -> Result<(), TestCaseError> {
+    #[allow(clippy::eq_op)]
+    let comparable = original == original;
+    if comparable {
+        prop_assert_eq!(decoded, original);
+    }
+    let again = encode_frame(decoded, MAX).ok();
+    prop_assert_eq!(again.as_deref(), Some(original_bytes));
+    Ok(())
+}
+
+/// Split `bytes` at the given cut points (taken modulo the length).
+fn chunks<'a>(bytes: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
+    let mut points: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+    points.push(0);
+    points.push(bytes.len());
+    points.sort_unstable();
+    points.windows(2).map(|w| &bytes[w[0]..w[1]]).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn frame_round_trips(f in frame()) {
+        let bytes = encode_frame(&f, MAX).unwrap();
+        let decoded = decode_frame(&bytes, MAX).unwrap();
+        assert_same(&decoded, &f, &bytes)?;
+    }
+
+    #[test]
+    fn frame_stream_round_trips_in_any_chunking(
+        frames in prop::collection::vec(frame(), 1..8),
+        cuts in prop::collection::vec(any::<usize>(), 0..32),
+    ) {
+        let encoded: Vec<Vec<u8>> = frames.iter().map(|f| encode_frame(f, MAX).unwrap()).collect();
+        let stream = encoded.concat();
+        let mut d = FrameDecoder::new(MAX);
+        let mut got = Vec::new();
+        for chunk in chunks(&stream, &cuts) {
+            d.push(chunk);
+            while let Some(f) = d.next_frame().unwrap() {
+                got.push(f);
+            }
+        }
+        prop_assert_eq!(got.len(), frames.len());
+        for ((g, f), b) in got.iter().zip(&frames).zip(&encoded) {
+            assert_same(g, f, b)?;
+        }
+        prop_assert_eq!(d.buffered_len(), 0);
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512), max in 0usize..1024) {
+        let _ = decode_frame(&bytes, max);
+        let mut d = FrameDecoder::new(max);
+        d.push(&bytes);
+        for _ in 0..bytes.len() + 1 {
+            if let Ok(None) | Err(_) = d.next_frame() {
+                break;
+            }
+        }
+    }
+
+    #[test]
+    fn arbitrary_payload_behind_valid_prefix_never_panics(
+        payload in prop::collection::vec(any::<u8>(), 0..256),
+        cuts in prop::collection::vec(any::<usize>(), 0..8),
+    ) {
+        // A right length prefix gets the bytes past framing into bincode and the varint decoder.
+        let mut bytes = (payload.len() as u32).to_le_bytes().to_vec();
+        bytes.extend_from_slice(&payload);
+        let whole = decode_frame(&bytes, MAX);
+        let mut d = FrameDecoder::new(MAX);
+        let mut streamed = None;
+        for chunk in chunks(&bytes, &cuts) {
+            d.push(chunk);
+            if let Some(r) = d.next_frame().transpose() {
+                streamed = Some(r);
+            }
+        }
+        // Debug, not ==: a decoded NaN is not equal to itself.
+        prop_assert_eq!(format!("{streamed:?}"), format!("{:?}", Some(&whole)));
+        if let Ok(f) = whole {
+            // Whatever decodes re-encodes and decodes to the same frame.
+            let again = encode_frame(&f, MAX).unwrap();
+            let f2 = decode_frame(&again, MAX).unwrap();
+            prop_assert_eq!(encode_frame(&f2, MAX).unwrap(), again);
+        }
+    }
+
+    #[test]
+    fn token_ids_round_trip(ids in prop::collection::vec(any::<u32>(), 0..256)) {
+        let mut bytes = Vec::new();
+        encode_varints(&ids, &mut bytes);
+        prop_assert_eq!(decode_varints(&bytes), Ok(ids.clone()));
+        let f = Frame::Escalate {
+            session_id: 1,
+            seq: 1,
+            context: ContextSync::Full { tokens: TokenIds(ids) },
+            sampling: WireSampling::default(),
+            deadline_ms: 1,
+        };
+        prop_assert_eq!(decode_frame(&encode_frame(&f, MAX).unwrap(), MAX), Ok(f));
+    }
+
+    #[test]
+    fn varint_decoder_is_canonical(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+        // Whatever the strict decoder accepts re-encodes to exactly the same bytes.
+        if let Ok(ids) = decode_varints(&bytes) {
+            let mut again = Vec::new();
+            encode_varints(&ids, &mut again);
+            prop_assert_eq!(again, bytes);
+        }
+    }
+}
+
+/// Deterministic ids in 0..40000 (an LCG, so the sizes printed are reproducible).
+fn ids_below_40000(n: usize, mut state: u64) -> Vec<u32> {
+    (0..n)
+        .map(|_| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((state >> 33) % 40_000) as u32
+        })
+        .collect()
+}
+
+fn escalation(seq: u32, context: ContextSync) -> Frame {
+    Frame::Escalate { session_id: 3, seq, context, sampling: WireSampling::default(), deadline_ms: 240 }
+}
+
+/// The design's wire budget: <= 64 bytes per escalation after the first, prefix included.
+#[test]
+fn typical_escalation_sizes() {
+    let first = escalation(0, ContextSync::Full { tokens: ids_below_40000(40, 1).into() });
+    let first_len = encode_frame(&first, MAX).unwrap().len();
+    let delta = escalation(1, ContextSync::Delta { base_len: 40, tokens: ids_below_40000(12, 2).into() });
+    let delta_len = encode_frame(&delta, MAX).unwrap().len();
+    // Worst case for this budget: every id needs 3 LEB128 bytes, seq and base_len need 3
+    // bincode bytes each, a deadline above 250 ms.
+    let worst = Frame::Escalate {
+        session_id: 200,
+        seq: 60_000,
+        context: ContextSync::Delta { base_len: 30_000, tokens: vec![39_999; 12].into() },
+        sampling: WireSampling { temperature: 0.7, top_k: 50, top_p: 0.9, seed: None },
+        deadline_ms: 60_000,
+    };
+    let worst_len = encode_frame(&worst, MAX).unwrap().len();
+    println!("escalation bytes incl. {LENGTH_PREFIX_BYTES}-byte prefix: first Full(40 ids) = {first_len}, Delta(12 ids) = {delta_len}, worst Delta(12 ids >= 16384) = {worst_len}");
+    assert!(delta_len <= 64, "delta escalation is {delta_len} bytes");
+    assert!(worst_len <= 64, "worst-case delta escalation is {worst_len} bytes");
+    assert!(first_len <= 160, "first escalation is {first_len} bytes");
+}

@@ -1,0 +1,260 @@
+//! Semantic checks on decoded frames: a frame that decodes is well-formed bincode, not yet
+//! safe to act on. Run [`Frame::validate`] on everything read from the network before it
+//! reaches the session store, the sampler or the model (an id beyond the vocabulary would
+//! index past the embedding table).
+
+use super::messages::{ErrorCode, Frame, Limits, RejectReason, WireSampling};
+
+/// Length of a lowercase hex SHA-256, the form of `tokenizer_fingerprint`.
+const FINGERPRINT_HEX_LEN: usize = 64;
+
+/// The bounds a frame is checked against; built from the connection's [`Limits`] plus what
+/// only the receiving side knows (its vocabulary size).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValidationLimits {
+    /// Longest context a sync may produce, in tokens.
+    pub max_context_tokens: u32,
+    /// Token ids must be below this; `None` skips the check (the device does not know the
+    /// LLM's vocabulary; the gateway does).
+    pub vocab_size: Option<u32>,
+    /// Longest string field (ids, credentials, messages), in bytes; keeps logs and maps small.
+    pub max_string_bytes: usize,
+}
+
+impl Default for ValidationLimits {
+    fn default() -> Self {
+        Self { max_context_tokens: 32_768, vocab_size: None, max_string_bytes: 4096 }
+    }
+}
+
+impl ValidationLimits {
+    /// Limits matching what a gateway announced in `Welcome`.
+    pub fn from_limits(limits: &Limits) -> Self {
+        Self { max_context_tokens: limits.max_context_tokens, ..Self::default() }
+    }
+}
+
+/// Why a decoded frame must not be acted on.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ValidationError {
+    /// The context would exceed the limit (or overflow).
+    #[error("context of {len} tokens exceeds the limit of {max}")]
+    ContextTooLong {
+        /// Resulting length (saturated on overflow).
+        len: usize,
+        /// Limit.
+        max: u32,
+    },
+    /// A token id is outside the vocabulary.
+    #[error("token id {id} is outside the vocabulary of {vocab_size}")]
+    InvalidToken {
+        /// The id.
+        id: u32,
+        /// Vocabulary size.
+        vocab_size: u32,
+    },
+    /// Temperature is NaN, infinite or negative.
+    #[error("temperature must be finite and >= 0, got {0}")]
+    Temperature(f32),
+    /// top_p is not in (0, 1].
+    #[error("top_p must be in (0, 1], got {0}")]
+    TopP(f32),
+    /// A logprob is NaN or positive.
+    #[error("logprob must be <= 0, got {0}")]
+    Logprob(f32),
+    /// A string field is longer than allowed.
+    #[error("{field} is {len} bytes, more than {max}")]
+    StringTooLong {
+        /// Which field.
+        field: &'static str,
+        /// Its length.
+        len: usize,
+        /// Limit.
+        max: usize,
+    },
+    /// The tokenizer fingerprint is not 64 lowercase hex digits.
+    #[error("tokenizer fingerprint is not a lowercase hex sha256")]
+    Fingerprint,
+}
+
+impl ValidationError {
+    /// The code to put in the `Error` frame sent back, so the peer can tell a context-length
+    /// problem from a vocabulary or encoding problem.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ValidationError::ContextTooLong { .. } => ErrorCode::ContextTooLong,
+            ValidationError::InvalidToken { .. } => ErrorCode::InvalidToken,
+            _ => ErrorCode::Malformed,
+        }
+    }
+}
+
+impl Frame {
+    /// Check semantic limits a decoder cannot: counts, float ranges, string sizes.
+    pub fn validate(&self, limits: &ValidationLimits) -> Result<(), ValidationError> {
+        let s = |field: &'static str, v: &str| check_string(field, v, limits.max_string_bytes);
+        match self {
+            Frame::Hello { protocol_version: _, device_id, auth, tokenizer_fingerprint, slm_id } => {
+                s("device_id", device_id)?;
+                s("auth", auth)?;
+                s("slm_id", slm_id)?;
+                check_fingerprint(tokenizer_fingerprint)
+            }
+            Frame::Welcome { gateway_id, llm_id, limits: _ } => {
+                s("gateway_id", gateway_id)?;
+                s("llm_id", llm_id)
+            }
+            Frame::Reject { reason } => match reason {
+                RejectReason::TokenizerMismatch { expected } => s("expected", expected),
+                RejectReason::Other(m) => s("reason", m),
+                _ => Ok(()),
+            },
+            Frame::Escalate { context, sampling, .. } => {
+                let len = context.resulting_len().unwrap_or(usize::MAX);
+                if usize::try_from(limits.max_context_tokens).is_ok_and(|max| len > max) {
+                    return Err(ValidationError::ContextTooLong { len, max: limits.max_context_tokens });
+                }
+                if let Some(vocab_size) = limits.vocab_size {
+                    if let Some(&id) = context.tokens().as_slice().iter().find(|&&id| id >= vocab_size) {
+                        return Err(ValidationError::InvalidToken { id, vocab_size });
+                    }
+                }
+                check_sampling(sampling)
+            }
+            Frame::Token { logprob, token_id, .. } => {
+                if logprob.is_nan() || *logprob > 0.0 {
+                    return Err(ValidationError::Logprob(*logprob));
+                }
+                match limits.vocab_size {
+                    Some(vocab_size) if *token_id >= vocab_size => {
+                        Err(ValidationError::InvalidToken { id: *token_id, vocab_size })
+                    }
+                    _ => Ok(()),
+                }
+            }
+            Frame::Error { message, .. } => s("message", message),
+            Frame::Busy { .. }
+            | Frame::ContextMissing { .. }
+            | Frame::EndSession { .. }
+            | Frame::Ping { .. }
+            | Frame::Pong { .. } => Ok(()),
+        }
+    }
+}
+
+/// Temperature finite and >= 0, top_p in (0, 1] (the same rules as
+/// [`crate::sampling::SamplingParams::validate`], checked before conversion).
+fn check_sampling(s: &WireSampling) -> Result<(), ValidationError> {
+    if !s.temperature.is_finite() || s.temperature < 0.0 {
+        return Err(ValidationError::Temperature(s.temperature));
+    }
+    if !(s.top_p > 0.0 && s.top_p <= 1.0) {
+        return Err(ValidationError::TopP(s.top_p));
+    }
+    Ok(())
+}
+
+fn check_string(field: &'static str, v: &str, max: usize) -> Result<(), ValidationError> {
+    if v.len() > max {
+        return Err(ValidationError::StringTooLong { field, len: v.len(), max });
+    }
+    Ok(())
+}
+
+fn check_fingerprint(fp: &str) -> Result<(), ValidationError> {
+    let ok = fp.len() == FINGERPRINT_HEX_LEN && fp.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ValidationError::Fingerprint)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::messages::ContextSync;
+    use super::*;
+
+    fn esc(context: ContextSync, sampling: WireSampling) -> Frame {
+        Frame::Escalate { session_id: 1, seq: 1, context, sampling, deadline_ms: 100 }
+    }
+
+    fn hello(fp: &str) -> Frame {
+        Frame::Hello {
+            protocol_version: 1,
+            device_id: "dev".into(),
+            auth: "tok".into(),
+            tokenizer_fingerprint: fp.into(),
+            slm_id: "slm".into(),
+        }
+    }
+
+    #[test]
+    fn context_length_limit() {
+        let lim = ValidationLimits { max_context_tokens: 10, ..Default::default() };
+        let ok = esc(ContextSync::Delta { base_len: 7, tokens: vec![1, 2, 3].into() }, WireSampling::default());
+        assert_eq!(ok.validate(&lim), Ok(()));
+        let long = esc(ContextSync::Delta { base_len: 8, tokens: vec![1, 2, 3].into() }, WireSampling::default());
+        assert_eq!(long.validate(&lim), Err(ValidationError::ContextTooLong { len: 11, max: 10 }));
+        assert_eq!(long.validate(&lim).unwrap_err().code(), ErrorCode::ContextTooLong);
+        let full = esc(ContextSync::Full { tokens: vec![0; 11].into() }, WireSampling::default());
+        assert!(full.validate(&lim).is_err());
+    }
+
+    #[test]
+    fn vocab_limit() {
+        let lim = ValidationLimits { vocab_size: Some(100), ..Default::default() };
+        let bad = esc(ContextSync::Full { tokens: vec![1, 100].into() }, WireSampling::default());
+        assert_eq!(bad.validate(&lim), Err(ValidationError::InvalidToken { id: 100, vocab_size: 100 }));
+        let tok = Frame::Token { session_id: 1, seq: 1, token_id: 100, logprob: -1.0, llm_ms: 1 };
+        assert_eq!(tok.validate(&lim).unwrap_err().code(), ErrorCode::InvalidToken);
+        assert_eq!(tok.validate(&ValidationLimits::default()), Ok(()));
+    }
+
+    #[test]
+    fn sampling_ranges() {
+        let lim = ValidationLimits::default();
+        let ctx = || ContextSync::Full { tokens: vec![1].into() };
+        for t in [f32::NAN, f32::INFINITY, -0.1] {
+            let f = esc(ctx(), WireSampling { temperature: t, ..Default::default() });
+            assert!(matches!(f.validate(&lim), Err(ValidationError::Temperature(_))), "{t}");
+        }
+        for p in [0.0, 1.01, f32::NAN, -1.0] {
+            let f = esc(ctx(), WireSampling { top_p: p, ..Default::default() });
+            assert!(matches!(f.validate(&lim), Err(ValidationError::TopP(_))), "{p}");
+        }
+        let f = esc(ctx(), WireSampling { temperature: 0.8, top_k: 50, top_p: 0.95, seed: Some(1) });
+        assert_eq!(f.validate(&lim), Ok(()));
+    }
+
+    #[test]
+    fn logprob_range() {
+        let lim = ValidationLimits::default();
+        for (lp, ok) in [(0.0, true), (-3.0, true), (f32::NEG_INFINITY, true), (0.5, false), (f32::NAN, false)] {
+            let f = Frame::Token { session_id: 1, seq: 1, token_id: 1, logprob: lp, llm_ms: 1 };
+            assert_eq!(f.validate(&lim).is_ok(), ok, "{lp}");
+        }
+    }
+
+    #[test]
+    fn hello_checks() {
+        let lim = ValidationLimits::default();
+        let fp = "0123456789abcdef".repeat(4);
+        assert_eq!(hello(&fp).validate(&lim), Ok(()));
+        assert_eq!(hello(&fp.to_uppercase()).validate(&lim), Err(ValidationError::Fingerprint));
+        assert_eq!(hello("abc").validate(&lim), Err(ValidationError::Fingerprint));
+        let small = ValidationLimits { max_string_bytes: 2, ..lim };
+        assert!(matches!(hello(&fp).validate(&small), Err(ValidationError::StringTooLong { field: "device_id", .. })));
+    }
+
+    #[test]
+    fn strings_in_other_frames() {
+        let small = ValidationLimits { max_string_bytes: 3, ..Default::default() };
+        let r = Frame::Reject { reason: RejectReason::Other("long reason".into()) };
+        assert!(r.validate(&small).is_err());
+        assert_eq!(Frame::Reject { reason: RejectReason::Auth }.validate(&small), Ok(()));
+        let e = Frame::Error { session_id: None, seq: None, code: ErrorCode::Internal, message: "oops".into() };
+        assert!(e.validate(&small).is_err());
+        assert_eq!(Frame::Ping { nonce: 1 }.validate(&small), Ok(()));
+    }
+}

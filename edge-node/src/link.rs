@@ -1,0 +1,260 @@
+//! The device's link to the gateway: a task that owns the QUIC connection.
+//!
+//! It connects, says `Hello`, publishes the live connection through a watch channel, and when
+//! the connection drops it reconnects with exponential back-off and jitter, without the user
+//! doing anything. Escalations never wait for a connection: if the link is down they fail at
+//! once and the decode loop takes the SLM's token.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use common::protocol::{decode_frame, encode_frame, Frame, Limits, RejectReason, DEFAULT_MAX_FRAME_BYTES, PROTOCOL_VERSION};
+use rand::Rng;
+use tokio::sync::watch;
+
+/// How to reach and authenticate to the gateway.
+#[derive(Debug, Clone)]
+pub struct LinkConfig {
+    /// Gateway address (`host:port`).
+    pub gateway: String,
+    /// TLS server name to verify.
+    pub server_name: String,
+    /// Trusted certificate (PEM) for the gateway.
+    pub ca_cert: Option<PathBuf>,
+    /// Skip TLS verification (development only).
+    pub insecure: bool,
+    /// This device's id.
+    pub device_id: String,
+    /// Shared secret for `Hello`.
+    pub auth_token: String,
+    /// Fingerprint of the SLM's tokenizer.
+    pub tokenizer_fingerprint: String,
+    /// SLM id, for the gateway's logs.
+    pub slm_id: String,
+    /// First reconnect delay; doubles up to `backoff_max`, with jitter.
+    pub backoff_min: Duration,
+    /// Longest reconnect delay.
+    pub backoff_max: Duration,
+}
+
+/// A live, welcomed connection.
+#[derive(Debug, Clone)]
+pub struct Connected {
+    /// The QUIC connection.
+    pub conn: quinn::Connection,
+    /// Limits from `Welcome`.
+    pub limits: Limits,
+    /// Counts connections; a new value means the gateway may have lost session contexts.
+    pub generation: u64,
+}
+
+/// What the link is doing.
+#[derive(Debug, Clone)]
+pub enum LinkState {
+    /// Trying to (re)connect.
+    Connecting,
+    /// Ready for escalations.
+    Up(Connected),
+    /// The gateway refused this device (wrong token, tokenizer or version); retried slowly.
+    Rejected(String),
+    /// Stopped for good.
+    Closed,
+}
+
+/// Why an escalation got no answer from the cloud.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// No live connection right now.
+    #[error("link down")]
+    Down,
+    /// The deadline passed.
+    #[error("deadline passed")]
+    Timeout,
+    /// Transport failure mid-request.
+    #[error("transport: {0}")]
+    Transport(String),
+    /// The reply could not be decoded.
+    #[error("bad reply: {0}")]
+    BadReply(String),
+}
+
+/// Byte counters (frame bytes, length prefix included).
+#[derive(Debug, Default)]
+pub struct LinkCounters {
+    /// Frame bytes sent in escalations.
+    pub bytes_sent: AtomicU64,
+    /// Frame bytes received in replies.
+    pub bytes_received: AtomicU64,
+}
+
+/// Handle to the link task.
+#[derive(Clone)]
+pub struct Link {
+    state: watch::Receiver<LinkState>,
+    counters: Arc<LinkCounters>,
+    max_frame: usize,
+    _task: Arc<LinkTask>,
+}
+
+struct LinkTask(tokio::task::JoinHandle<()>);
+
+impl Drop for LinkTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Link {
+    /// Start the link task; it connects in the background.
+    pub fn start(config: LinkConfig) -> anyhow::Result<Self> {
+        let client = crate::tls::client_config(config.ca_cert.as_deref(), config.insecure, Duration::from_secs(5))?;
+        let mut endpoint = quinn::Endpoint::client("0.0.0.0:0".parse().context("bind address")?).context("binding the QUIC client socket")?;
+        endpoint.set_default_client_config(client);
+        let (tx, rx) = watch::channel(LinkState::Connecting);
+        let task = tokio::spawn(run_link(endpoint, config, tx));
+        Ok(Self { state: rx, counters: Arc::new(LinkCounters::default()), max_frame: DEFAULT_MAX_FRAME_BYTES, _task: Arc::new(LinkTask(task)) })
+    }
+
+    /// The current state.
+    pub fn state(&self) -> LinkState {
+        self.state.borrow().clone()
+    }
+
+    /// Wait until the link is up or `timeout` passes.
+    pub async fn wait_up(&self, timeout: Duration) -> Option<Connected> {
+        let mut rx = self.state.clone();
+        let fut = async {
+            loop {
+                if let LinkState::Up(c) = rx.borrow_and_update().clone() {
+                    return Some(c);
+                }
+                if rx.changed().await.is_err() {
+                    return None;
+                }
+            }
+        };
+        tokio::time::timeout(timeout, fut).await.ok().flatten()
+    }
+
+    /// Byte counters.
+    pub fn counters(&self) -> &LinkCounters {
+        &self.counters
+    }
+
+    /// Send one request frame on its own stream and wait for the one-frame reply until
+    /// `deadline`. Dropping the streams at the deadline tells the gateway to cancel the work.
+    pub async fn request(&self, frame: &Frame, deadline: Instant) -> Result<(Frame, Connected), LinkError> {
+        let LinkState::Up(connected) = self.state() else { return Err(LinkError::Down) };
+        let bytes = encode_frame(frame, self.max_frame).map_err(|e| LinkError::BadReply(e.to_string()))?;
+        let conn = connected.conn.clone();
+        let max = self.max_frame;
+        let counters = self.counters.clone();
+        let work = async move {
+            let (mut send, mut recv) = conn.open_bi().await.map_err(|e| LinkError::Transport(e.to_string()))?;
+            send.write_all(&bytes).await.map_err(|e| LinkError::Transport(e.to_string()))?;
+            send.finish().map_err(|e| LinkError::Transport(e.to_string()))?;
+            counters.bytes_sent.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            let reply = recv.read_to_end(max + 4).await.map_err(|e| LinkError::Transport(e.to_string()))?;
+            counters.bytes_received.fetch_add(reply.len() as u64, Ordering::Relaxed);
+            decode_frame(&reply, max).map_err(|e| LinkError::BadReply(e.to_string()))
+        };
+        match tokio::time::timeout_at(deadline.into(), work).await {
+            Ok(Ok(reply)) => Ok((reply, connected)),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(LinkError::Timeout),
+        }
+    }
+}
+
+async fn resolve(addr: &str) -> anyhow::Result<SocketAddr> {
+    tokio::net::lookup_host(addr).await.with_context(|| format!("resolving {addr}"))?.next().with_context(|| format!("{addr} resolves to nothing"))
+}
+
+/// Connect and handshake once.
+async fn connect_once(endpoint: &quinn::Endpoint, cfg: &LinkConfig, generation: u64) -> Result<Connected, (bool, String)> {
+    let addr = resolve(&cfg.gateway).await.map_err(|e| (false, e.to_string()))?;
+    let connecting = endpoint.connect(addr, &cfg.server_name).map_err(|e| (false, e.to_string()))?;
+    let conn = tokio::time::timeout(Duration::from_secs(5), connecting)
+        .await
+        .map_err(|_| (false, "connect timed out".to_string()))?
+        .map_err(|e| (false, e.to_string()))?;
+    let hello = Frame::Hello {
+        protocol_version: PROTOCOL_VERSION,
+        device_id: cfg.device_id.clone(),
+        auth: cfg.auth_token.clone(),
+        tokenizer_fingerprint: cfg.tokenizer_fingerprint.clone(),
+        slm_id: cfg.slm_id.clone(),
+    };
+    let exchange = async {
+        let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
+        let bytes = encode_frame(&hello, DEFAULT_MAX_FRAME_BYTES).map_err(|e| e.to_string())?;
+        send.write_all(&bytes).await.map_err(|e| e.to_string())?;
+        send.finish().map_err(|e| e.to_string())?;
+        let reply = recv.read_to_end(DEFAULT_MAX_FRAME_BYTES + 4).await.map_err(|e| e.to_string())?;
+        decode_frame(&reply, DEFAULT_MAX_FRAME_BYTES).map_err(|e| e.to_string())
+    };
+    match tokio::time::timeout(Duration::from_secs(5), exchange).await {
+        Err(_) => Err((false, "handshake timed out".into())),
+        Ok(Err(e)) => Err((false, format!("handshake: {e}"))),
+        Ok(Ok(Frame::Welcome { gateway_id, llm_id, limits })) => {
+            tracing::info!(%gateway_id, %llm_id, rtt_ms = conn.rtt().as_millis() as u64, "connected to the gateway");
+            Ok(Connected { conn, limits, generation })
+        }
+        Ok(Ok(Frame::Reject { reason })) => {
+            let why = match reason {
+                RejectReason::TokenizerMismatch { expected } => format!("tokenizer mismatch: the gateway's LLM has tokenizer {expected}, this SLM has {}", cfg.tokenizer_fingerprint),
+                RejectReason::Auth => "authentication failed: check --auth-token / DUET_AUTH_TOKEN".into(),
+                RejectReason::Version { supported } => format!("protocol version {PROTOCOL_VERSION} not supported (gateway speaks {supported})"),
+                other => format!("{other:?}"),
+            };
+            Err((true, why))
+        }
+        Ok(Ok(other)) => Err((false, format!("unexpected {} frame in the handshake", other.kind()))),
+    }
+}
+
+async fn run_link(endpoint: quinn::Endpoint, cfg: LinkConfig, tx: watch::Sender<LinkState>) {
+    let mut backoff = cfg.backoff_min;
+    let mut generation = 0u64;
+    loop {
+        generation += 1;
+        match connect_once(&endpoint, &cfg, generation).await {
+            Ok(connected) => {
+                backoff = cfg.backoff_min;
+                let conn = connected.conn.clone();
+                if tx.send(LinkState::Up(connected)).is_err() {
+                    return;
+                }
+                let reason = conn.closed().await;
+                tracing::warn!("gateway connection lost: {reason}; reconnecting");
+                let _ = tx.send(LinkState::Connecting);
+            }
+            Err((rejected, why)) => {
+                if rejected {
+                    tracing::error!("gateway refused this device: {why}");
+                    let _ = tx.send(LinkState::Rejected(why));
+                    backoff = cfg.backoff_max;
+                } else {
+                    tracing::debug!("connecting to {}: {why}", cfg.gateway);
+                }
+            }
+        }
+        if tx.is_closed() {
+            return;
+        }
+        let jitter = rand::rng().random_range(0.5..1.5);
+        tokio::time::sleep(backoff.mul_f64(jitter)).await;
+        backoff = (backoff * 2).min(cfg.backoff_max);
+    }
+}
+
+/// Counter for unique device-local session ids.
+pub fn next_session_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let base = (std::process::id() as u64) << 32;
+    base | NEXT.fetch_add(1, Ordering::Relaxed)
+}

@@ -1,0 +1,161 @@
+//! `edge-node generate --gateway ...`: routed generation with cloud tokens highlighted.
+
+use std::io::{IsTerminal, Write};
+use std::ops::ControlFlow;
+use std::time::Duration;
+
+use anyhow::Context;
+use common::detokenize::StreamDecoder;
+use common::model_files::duet_home;
+use common::runtime::{CausalLm, KvCache};
+use common::sampling::SamplingParams;
+use common::tokenizer::Tokenizer;
+use serde::Serialize;
+
+use edge_node::deadline::{DeadlinePolicy, LinkHealth};
+use edge_node::link::{next_session_id, Link, LinkConfig};
+use edge_node::routed::{RoutedParams, RoutedSession, RoutedStats, TokenSource};
+use edge_node::router::ConfidenceRouter;
+
+use crate::generate_cmd::GenerateArgs;
+use crate::proc_stats::peak_rss_mib;
+
+#[derive(Serialize)]
+struct Piece {
+    text: String,
+    source: TokenSource,
+}
+
+#[derive(Serialize)]
+struct RoutedReport<'a> {
+    model: &'a str,
+    gateway: &'a str,
+    router: &'a str,
+    tau: f32,
+    text: String,
+    token_ids: Vec<u32>,
+    sources: Vec<TokenSource>,
+    pieces: Vec<Piece>,
+    truncated_tokens: usize,
+    #[serde(flatten)]
+    stats: RoutedStats,
+    peak_rss_mib: Option<f64>,
+}
+
+/// Build the link configuration from the command line.
+pub fn link_config(args: &GenerateArgs, tok: &Tokenizer, slm_id: &str) -> anyhow::Result<LinkConfig> {
+    let cloud = &args.cloud;
+    let gateway = cloud.gateway.clone().context("--gateway is required")?;
+    let ca_cert = cloud.ca_cert.clone().or_else(|| {
+        let p = duet_home().join("gateway-cert.pem");
+        p.exists().then_some(p)
+    });
+    let device_id = cloud.device_id.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "device".into());
+        format!("{host}-{}", std::process::id())
+    });
+    Ok(LinkConfig {
+        gateway,
+        server_name: cloud.server_name.clone(),
+        ca_cert,
+        insecure: cloud.insecure,
+        device_id,
+        auth_token: cloud.auth_token.clone(),
+        tokenizer_fingerprint: tok.fingerprint().to_string(),
+        slm_id: slm_id.to_string(),
+        backoff_min: Duration::from_millis(100),
+        backoff_max: Duration::from_secs(5),
+    })
+}
+
+/// Run a routed generation and print it.
+pub fn run(args: &GenerateArgs, lm: &mut CausalLm, tok: &Tokenizer, cache: &mut KvCache, prompt: &[u32], dropped: usize, sampling: SamplingParams) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(async {
+        let config = link_config(args, tok, &lm.manifest().id)?;
+        let gateway = config.gateway.clone();
+        let link = Link::start(config)?;
+        let service = match link.wait_up(Duration::from_millis(args.cloud.connect_wait_ms)).await {
+            Some(c) => Duration::from_millis(c.limits.service_time_ms as u64),
+            None => {
+                tracing::warn!("gateway {gateway} not reachable yet; starting anyway (hard tokens fall back until it is)");
+                Duration::ZERO
+            }
+        };
+        let mut router = ConfidenceRouter;
+        let params = RoutedParams { max_new_tokens: args.max_new_tokens, tau: args.cloud.tau, sampling, session_id: next_session_id() };
+        let policy = DeadlinePolicy {
+            min: Duration::from_millis(args.cloud.deadline_min_ms),
+            max: Duration::from_millis(args.cloud.deadline_max_ms.max(args.cloud.deadline_min_ms)),
+            ..DeadlinePolicy::default()
+        };
+        let health = LinkHealth::new(policy, service);
+        let mut session = RoutedSession::new(Some(&link), &mut router, health, params);
+        let color = match args.cloud.color.as_str() {
+            "always" => true,
+            "never" => false,
+            _ => std::io::stdout().is_terminal(),
+        };
+        let stop = lm.stop_tokens().to_vec();
+        let mut decoder = StreamDecoder::new();
+        let mut ids = Vec::new();
+        let mut sources = Vec::new();
+        let mut pieces = Vec::new();
+        let stdout = std::io::stdout();
+        let mut out = stdout.lock();
+        let stats = session
+            .generate(lm, cache, prompt, |t, source| {
+                ids.push(t);
+                sources.push(source);
+                if stop.contains(&t) {
+                    return ControlFlow::Continue(());
+                }
+                if let Ok(Some(text)) = decoder.push(tok, t) {
+                    if !args.json {
+                        let styled = match (color, source) {
+                            (true, TokenSource::Cloud) => format!("\x1b[1;30;42m{text}\x1b[0m"),
+                            (true, TokenSource::Fallback) => format!("\x1b[33m{text}\x1b[0m"),
+                            _ => text.clone(),
+                        };
+                        if out.write_all(styled.as_bytes()).and_then(|_| out.flush()).is_err() {
+                            return ControlFlow::Break(());
+                        }
+                    }
+                    pieces.push(Piece { text, source });
+                }
+                ControlFlow::Continue(())
+            })
+            .await?;
+        if let Ok(Some(rest)) = decoder.flush(tok) {
+            if !args.json {
+                let _ = out.write_all(rest.as_bytes());
+            }
+            pieces.push(Piece { text: rest, source: TokenSource::Slm });
+        }
+        if args.json {
+            let report = RoutedReport {
+                model: &lm.manifest().id,
+                gateway: args.cloud.gateway.as_deref().unwrap_or_default(),
+                router: "confidence",
+                tau: args.cloud.tau,
+                text: tok.decode(&ids)?,
+                token_ids: ids,
+                sources,
+                pieces,
+                truncated_tokens: dropped,
+                stats,
+                peak_rss_mib: peak_rss_mib(),
+            };
+            serde_json::to_writer_pretty(&mut out, &report)?;
+            writeln!(out)?;
+        } else {
+            writeln!(out)?;
+            let s = &stats;
+            eprintln!(
+                "[{} tokens: {} from the cloud, {} escalated, {} fell back; {:.1} tokens/s; {} B sent, {} B received]",
+                s.tokens, s.cloud_tokens, s.escalated, s.fallbacks, s.tokens_per_s, s.bytes_sent, s.bytes_received
+            );
+        }
+        anyhow::Ok(())
+    })
+}

@@ -1,0 +1,55 @@
+//! Routing policies: how confident is the SLM that its own token is good enough?
+//!
+//! `confidence` follows the seed's and CITER's convention: 1 means keep the SLM's token. A
+//! token is escalated when `confidence < tau`. The trained MLP router of a later issue plugs
+//! in behind the same trait.
+
+use common::sampling::DistributionStats;
+
+/// What a router sees at each step.
+#[derive(Debug, Clone, Copy)]
+pub struct RouterInput<'a> {
+    /// The SLM's final hidden state at this position.
+    pub hidden: &'a [f32],
+    /// Statistics of the SLM's next-token distribution.
+    pub stats: &'a DistributionStats,
+}
+
+/// A routing policy.
+pub trait Router: Send {
+    /// Short name for reports.
+    fn name(&self) -> &str;
+    /// Probability that the SLM's token is good enough (higher = keep it local).
+    fn confidence(&mut self, input: &RouterInput<'_>) -> f32;
+}
+
+/// The first policy: the SLM's top next-token probability.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ConfidenceRouter;
+
+impl Router for ConfidenceRouter {
+    fn name(&self) -> &str {
+        "confidence"
+    }
+    fn confidence(&mut self, input: &RouterInput<'_>) -> f32 {
+        input.stats.top_prob
+    }
+}
+
+/// Whether to escalate: `tau >= 1` escalates every token, `tau <= 0` none.
+pub fn should_escalate(confidence: f32, tau: f32) -> bool {
+    tau >= 1.0 || confidence < tau
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tau_bounds_mean_always_and_never() {
+        assert!(should_escalate(1.0, 1.0));
+        assert!(!should_escalate(0.0, 0.0));
+        assert!(should_escalate(0.3, 0.5));
+        assert!(!should_escalate(0.7, 0.5));
+    }
+}
