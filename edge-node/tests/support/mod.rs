@@ -1,0 +1,132 @@
+//! Shared helpers for the end-to-end tests: gateways in-process or as child processes, a
+//! certificate pair both sides trust, raw clients.
+
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use cloud_gateway::cli::GatewayArgs;
+use cloud_gateway::server::Gateway;
+use edge_node::link::{Link, LinkConfig};
+
+pub const TINY: &str = "tiny-qwen2";
+pub const SLM: &str = "qwen2.5-coder-0.5b-instruct";
+pub const LLM: &str = "qwen2.5-coder-1.5b-instruct";
+
+/// A self-signed certificate and key written as PEM into `dir`.
+pub fn cert_pair(dir: &Path) -> (PathBuf, PathBuf) {
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let cert = dir.join("cert.pem");
+    let key = dir.join("key.pem");
+    std::fs::write(&cert, ck.cert.pem()).unwrap();
+    std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
+    (cert, key)
+}
+
+/// A UDP port free right now on loopback.
+pub fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Start a gateway in this process.
+pub async fn start_gateway(dir: &Path, model: &str, extra: &[&str]) -> Gateway {
+    let (cert, key) = cert_pair(dir);
+    let mut argv = vec![
+        "cloud-gateway".to_string(),
+        "--listen=127.0.0.1:0".into(),
+        "--http-listen=127.0.0.1:0".into(),
+        format!("--tls-cert={}", cert.display()),
+        format!("--tls-key={}", key.display()),
+        format!("--model={model}"),
+        "--threads=1".into(),
+        "--max-context=512".into(),
+    ];
+    argv.extend(extra.iter().map(|s| s.to_string()));
+    let args = GatewayArgs::parse_from(argv);
+    let config = args.gateway_config().unwrap();
+    let (backend, facts) = tokio::task::spawn_blocking(move || args.load_backend()).await.unwrap().unwrap();
+    Gateway::start(config, backend, facts).await.unwrap()
+}
+
+/// Start `cloud-gateway` as a child process (so a test can kill it) on a fixed port.
+pub fn spawn_gateway_process(port: u16, cert: &Path, key: &Path, model: &str, extra: &[&str]) -> Child {
+    let exe = gateway_exe();
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        format!("--listen=127.0.0.1:{port}"),
+        "--http-listen=off".into(),
+        format!("--tls-cert={}", cert.display()),
+        format!("--tls-key={}", key.display()),
+        format!("--model={model}"),
+        "--threads=1".into(),
+        "--max-context=1024".into(),
+        "--log=warn".into(),
+    ]);
+    cmd.args(extra).stdout(Stdio::null()).stderr(Stdio::inherit());
+    cmd.spawn().expect("spawn cloud-gateway")
+}
+
+/// Path of the gateway binary built alongside the edge node.
+pub fn gateway_exe() -> PathBuf {
+    let edge = PathBuf::from(env!("CARGO_BIN_EXE_edge-node"));
+    let exe = edge.with_file_name("cloud-gateway");
+    if !exe.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--release", "-p", "cloud-gateway"])
+            .status()
+            .expect("build cloud-gateway");
+        assert!(status.success());
+    }
+    exe
+}
+
+/// Wait until a QUIC gateway answers a handshake on `addr`.
+pub async fn wait_for_gateway(addr: SocketAddr, ca: &Path, timeout: Duration) {
+    let link = raw_link(addr, ca, "waiter", "");
+    assert!(link.wait_up(timeout).await.is_some(), "gateway at {addr} did not come up");
+}
+
+/// A link with this test suite's defaults and the real tokenizer's fingerprint.
+pub fn raw_link(addr: SocketAddr, ca: &Path, device: &str, auth: &str) -> Link {
+    link_with(addr, ca, device, auth, &fingerprint())
+}
+
+/// A link with an explicit tokenizer fingerprint.
+pub fn link_with(addr: SocketAddr, ca: &Path, device: &str, auth: &str, fingerprint: &str) -> Link {
+    Link::start(LinkConfig {
+        gateway: addr.to_string(),
+        server_name: "localhost".into(),
+        ca_cert: Some(ca.to_path_buf()),
+        insecure: false,
+        device_id: device.into(),
+        auth_token: auth.into(),
+        tokenizer_fingerprint: fingerprint.into(),
+        slm_id: "test".into(),
+        backoff_min: Duration::from_millis(50),
+        backoff_max: Duration::from_millis(500),
+    })
+    .unwrap()
+}
+
+/// The tokenizer fingerprint of the prepared models.
+pub fn fingerprint() -> String {
+    common::model_files::ModelFiles::locate(TINY).unwrap().manifest.tokenizer_fingerprint
+}
+
+/// Run `edge-node` with arguments; returns (parsed --json stdout, elapsed).
+pub fn edge_json(args: &[&str]) -> (serde_json::Value, Duration) {
+    let t = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_edge-node")).args(args).env_remove("DUET_MODEL").output().unwrap();
+    let elapsed = t.elapsed();
+    assert!(out.status.success(), "edge-node {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    (serde_json::from_slice(&out.stdout).expect("json"), elapsed)
+}
+
+/// Token ids of a `--json` report.
+pub fn ids(v: &serde_json::Value) -> Vec<u64> {
+    v["token_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()
+}
