@@ -78,8 +78,9 @@ impl LinkHealth {
         self.service_ewma_ms = 0.8 * self.service_ewma_ms + 0.2 * llm_ms as f64;
     }
 
-    /// The escalation fell back (timeout, busy, link down, error).
-    pub fn failure(&mut self, now: Instant) {
+    /// The escalation fell back (timeout, busy, error). Returns true when this starts (or
+    /// extends) a local-only period, the moment to check that the gateway is still alive.
+    pub fn failure(&mut self, now: Instant) -> bool {
         self.consecutive_failures += 1;
         let probing = self.local_until.is_some();
         if probing || self.consecutive_failures >= self.policy.failures_to_degrade {
@@ -87,7 +88,16 @@ impl LinkHealth {
             if probing {
                 self.current_backoff = (self.current_backoff * 2).min(self.policy.max_backoff);
             }
+            return true;
         }
+        false
+    }
+
+    /// A new connection was established: start afresh.
+    pub fn reconnected(&mut self) {
+        self.consecutive_failures = 0;
+        self.local_until = None;
+        self.current_backoff = self.policy.backoff;
     }
 
     /// Whether the node is currently in (or probing out of) local-only mode.

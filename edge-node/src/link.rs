@@ -111,7 +111,7 @@ impl Drop for LinkTask {
 impl Link {
     /// Start the link task; it connects in the background.
     pub fn start(config: LinkConfig) -> anyhow::Result<Self> {
-        let client = crate::tls::client_config(config.ca_cert.as_deref(), config.insecure, Duration::from_secs(5))?;
+        let client = crate::tls::client_config(config.ca_cert.as_deref(), config.insecure, Duration::from_secs(2))?;
         let mut endpoint = quinn::Endpoint::client("0.0.0.0:0".parse().context("bind address")?).context("binding the QUIC client socket")?;
         endpoint.set_default_client_config(client);
         let (tx, rx) = watch::channel(LinkState::Connecting);
@@ -167,6 +167,27 @@ impl Link {
             Ok(Err(e)) => Err(e),
             Err(_) => Err(LinkError::Timeout),
         }
+    }
+}
+
+impl Link {
+    /// Check in the background that the gateway still answers (a `Ping`, served without the
+    /// LLM, so a slow backend does not count); if it does not within `timeout`, close the
+    /// connection so the link reconnects at once. A gateway killed without closing its
+    /// connections is otherwise noticed only at the QUIC idle timeout.
+    pub fn probe(&self, timeout: Duration) {
+        let link = self.clone();
+        tokio::spawn(async move {
+            let LinkState::Up(c) = link.state() else { return };
+            let nonce = rand::rng().random::<u64>();
+            match link.request(&Frame::Ping { nonce }, Instant::now() + timeout).await {
+                Ok((Frame::Pong { nonce: n }, _)) if n == nonce => {}
+                other => {
+                    tracing::warn!(?other, "gateway did not answer a ping; reconnecting");
+                    c.conn.close(2u32.into(), b"unresponsive");
+                }
+            }
+        });
     }
 }
 

@@ -55,6 +55,8 @@ pub struct RoutedStats {
     pub fallback_degraded: usize,
     pub fallback_error: usize,
     pub context_missing: usize,
+    /// Escalations that carried the whole context (`Full`): the first, and each resync.
+    pub full_syncs: usize,
     pub bytes_sent: u64,
     pub bytes_received: u64,
     pub prefill_ms: f64,
@@ -139,22 +141,26 @@ impl<'a> RoutedSession<'a> {
     async fn escalate(&mut self, context: &[u32], stats: &mut RoutedStats) -> Escalated {
         let now = Instant::now();
         let Some(link) = self.link else { return Escalated::Fallback(FallbackReason::LinkDown) };
-        if !self.health.may_escalate(now) {
+        if !self.health.may_escalate(now) && matches!(link.state(), LinkState::Up(ref c) if c.generation == self.generation) {
             return Escalated::Fallback(FallbackReason::Degraded);
         }
-        let LinkState::Up(connected) = link.state() else {
-            self.health.failure(now);
-            return Escalated::Fallback(FallbackReason::LinkDown);
-        };
+        // A dead link costs no waiting (the fallback is immediate), so it does not count
+        // towards local-only mode; the link task reconnects on its own.
+        let LinkState::Up(connected) = link.state() else { return Escalated::Fallback(FallbackReason::LinkDown) };
         if connected.generation != self.generation {
-            // A new connection: the gateway may be a restarted one without our context.
+            // A new connection: the gateway may be a restarted one without our context, and
+            // the handshake just proved it reachable, so end any local-only period.
             self.generation = connected.generation;
             self.tracker.reset();
+            self.health.reconnected();
         }
         let budget = self.health.deadline(connected.conn.rtt());
         let deadline = now + budget;
         for attempt in 0..2 {
             let sync = self.tracker.sync_for(context);
+            if matches!(sync.context, common::protocol::ContextSync::Full { .. }) {
+                stats.full_syncs += 1;
+            }
             let frame = Frame::Escalate {
                 session_id: self.params.session_id,
                 seq: sync.seq,
@@ -190,10 +196,14 @@ impl<'a> RoutedSession<'a> {
                     FallbackReason::Transport
                 }
             };
-            self.health.failure(Instant::now());
+            if self.health.failure(Instant::now()) {
+                link.probe(budget.max(Duration::from_millis(300)));
+            }
             return Escalated::Fallback(reason);
         }
-        self.health.failure(Instant::now());
+        if self.health.failure(Instant::now()) {
+            link.probe(budget.max(Duration::from_millis(300)));
+        }
         Escalated::Fallback(FallbackReason::GatewayError)
     }
 

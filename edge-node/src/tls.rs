@@ -33,7 +33,7 @@ pub fn client_config(ca_cert: Option<&Path>, insecure: bool, keep_alive: std::ti
     let mut cfg = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls).context("QUIC TLS config")?));
     let mut transport = quinn::TransportConfig::default();
     transport.keep_alive_interval(Some(keep_alive));
-    transport.max_idle_timeout(Some(std::time::Duration::from_secs(30).try_into().context("idle timeout")?));
+    transport.max_idle_timeout(Some(std::time::Duration::from_secs(10).try_into().context("idle timeout")?));
     cfg.transport_config(Arc::new(transport));
     Ok(cfg)
 }

@@ -63,7 +63,7 @@ pub fn spawn_gateway_process(port: u16, cert: &Path, key: &Path, model: &str, ex
         format!("--tls-key={}", key.display()),
         format!("--model={model}"),
         "--threads=1".into(),
-        "--max-context=1024".into(),
+        "--max-context=4096".into(),
         "--log=warn".into(),
     ]);
     cmd.args(extra).stdout(Stdio::null()).stderr(Stdio::inherit());
