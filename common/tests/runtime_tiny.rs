@@ -89,3 +89,47 @@ fn tokenizer_fingerprint_matches_the_one_recorded_at_preparation() {
     let ids = tok.encode("<|im_start|>user\nhello<|im_end|>").unwrap();
     assert_eq!(ids[0], 151644, "special tokens in text must map to their ids");
 }
+
+#[test]
+fn batched_forward_matches_row_by_row() {
+    let mut lm = tiny();
+    // Rows with different histories and different numbers of new tokens (1, 3, 2), plus one
+    // row too short to be padded with its own history (it runs alone).
+    let histories: [&[u32]; 4] = [&TOKENS[..6], &TOKENS[2..9], &TOKENS[..4], &[]];
+    let new: [&[u32]; 4] = [&[5], &[6, 7, 8], &[9, 10], &[11, 12, 13, 14]];
+    let mut expected = Vec::new();
+    for (h, n) in histories.iter().zip(new.iter()) {
+        let mut c = lm.new_cache(None).unwrap();
+        if !h.is_empty() {
+            lm.forward(&mut c, h).unwrap();
+        }
+        expected.push(lm.forward(&mut c, n).unwrap());
+    }
+    let mut caches: Vec<_> = histories
+        .iter()
+        .map(|h| {
+            let mut c = lm.new_cache(None).unwrap();
+            if !h.is_empty() {
+                lm.forward(&mut c, h).unwrap();
+            }
+            c
+        })
+        .collect();
+    let mut refs: Vec<&mut common::runtime::KvCache> = caches.iter_mut().collect();
+    let got = lm.forward_batch(&mut refs, &new).unwrap();
+    for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+        assert!(max_abs_diff(&g.logits, &e.logits) < 1e-3, "row {i}: logits differ by {}", max_abs_diff(&g.logits, &e.logits));
+        assert!(max_abs_diff(&g.hidden, &e.hidden) < 1e-3, "row {i}: hidden differs");
+    }
+    // The caches now continue exactly as if each row had run alone.
+    for (i, c) in caches.iter_mut().enumerate() {
+        assert_eq!(c.len(), histories[i].len() + new[i].len());
+        let mut solo = lm.new_cache(None).unwrap();
+        let mut all: Vec<u32> = histories[i].to_vec();
+        all.extend_from_slice(new[i]);
+        lm.forward(&mut solo, &all).unwrap();
+        let a = lm.forward(&mut solo, &[42]).unwrap();
+        let b = lm.forward(c, &[42]).unwrap();
+        assert!(max_abs_diff(&a.logits, &b.logits) < 1e-3, "row {i}: cache continues differently");
+    }
+}

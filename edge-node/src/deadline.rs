@@ -84,10 +84,10 @@ impl LinkHealth {
         self.consecutive_failures += 1;
         let probing = self.local_until.is_some();
         if probing || self.consecutive_failures >= self.policy.failures_to_degrade {
-            self.local_until = Some(now + self.current_backoff);
             if probing {
                 self.current_backoff = (self.current_backoff * 2).min(self.policy.max_backoff);
             }
+            self.local_until = Some(now + self.current_backoff);
             return true;
         }
         false

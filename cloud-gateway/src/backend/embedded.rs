@@ -64,8 +64,9 @@ impl EmbeddedBackend {
         (need + need / 2 + 64).next_power_of_two().clamp(256, self.lm.max_context())
     }
 
-    /// Index of the session's cache, creating (and evicting) as needed.
-    fn slot(&mut self, key: &SessionKey, need: usize) -> Result<usize, RuntimeError> {
+    /// Index of the session's cache, creating (and evicting) as needed. Caches used at or
+    /// after `protect_from` (this batch) are never evicted.
+    fn slot(&mut self, key: &SessionKey, need: usize, protect_from: u64) -> Result<usize, RuntimeError> {
         self.clock += 1;
         if let Some(i) = self.sessions.iter().position(|s| &s.key == key) {
             self.sessions[i].last_used = self.clock;
@@ -75,18 +76,24 @@ impl EmbeddedBackend {
             }
             return Ok(i);
         }
+        let cache = self.lm.new_cache(Some(self.capacity_for(need)))?;
+        let entry = CachedSession { key: key.clone(), cache, last_used: self.clock };
         if self.sessions.len() >= self.max_cached {
-            if let Some((lru, _)) = self.sessions.iter().enumerate().min_by_key(|(_, s)| s.last_used) {
+            // Replace in place so the indices of this batch's other rows stay valid.
+            let lru = self.sessions.iter().enumerate().filter(|(_, s)| s.last_used < protect_from).min_by_key(|(_, s)| s.last_used).map(|(i, _)| i);
+            if let Some(lru) = lru {
                 tracing::debug!(device = %self.sessions[lru].key.device, session = self.sessions[lru].key.session_id, "evicting KV cache");
-                self.sessions.swap_remove(lru);
+                self.sessions[lru] = entry;
+                return Ok(lru);
             }
         }
-        let cache = self.lm.new_cache(Some(self.capacity_for(need)))?;
-        self.sessions.push(CachedSession { key: key.clone(), cache, last_used: self.clock });
+        self.sessions.push(entry);
         Ok(self.sessions.len() - 1)
     }
 
-    fn one(&mut self, req: &BackendRequest) -> Result<BackendToken, BackendError> {
+    /// Validate a request, find its cache and cut it back to the longest prefix it shares with
+    /// the request's context; returns the cache index and the tokens still to run.
+    fn prepare(&mut self, req: &BackendRequest, protect_from: u64) -> Result<(usize, Vec<u32>), BackendError> {
         let ctx = &req.context[..];
         let max = self.lm.max_context();
         if ctx.is_empty() {
@@ -95,34 +102,43 @@ impl EmbeddedBackend {
         if ctx.len() >= max {
             return Err(BackendError::ContextTooLong { len: ctx.len(), max: max - 1 });
         }
-        let i = self.slot(&req.session, ctx.len() + 1).map_err(|e| BackendError::Failed(e.to_string()))?;
+        let vocab = self.lm.manifest().vocab_size;
+        if let Some(bad) = ctx.iter().find(|&&t| t as usize >= vocab) {
+            return Err(BackendError::InvalidToken(format!("token id {bad} is outside the vocabulary ({vocab})")));
+        }
+        let i = self.slot(&req.session, ctx.len() + 1, protect_from).map_err(|e| BackendError::Failed(e.to_string()))?;
         let cache = &mut self.sessions[i].cache;
-        let held = cache.tokens();
-        let mut common = held.iter().zip(ctx).take_while(|(a, b)| a == b).count();
+        let mut common = cache.tokens().iter().zip(ctx).take_while(|(a, b)| a == b).count();
         if common == ctx.len() {
             // Everything is cached but the logits of the last position are not: recompute it.
             common -= 1;
         }
         cache.truncate(common);
-        let out = self.lm.forward(cache, &ctx[common..]).map_err(|e| match e {
-            RuntimeError::TokenOutOfRange { .. } => BackendError::InvalidToken(e.to_string()),
-            other => BackendError::Failed(other.to_string()),
-        });
-        let out = match out {
-            Ok(o) => o,
-            Err(e) => {
-                // The cache may be partially written: drop it rather than trust it.
-                self.sessions[i].cache.clear();
-                return Err(e);
-            }
-        };
+        Ok((i, ctx[common..].to_vec()))
+    }
+
+    fn sample(req: &BackendRequest, logits: &[f32]) -> Result<BackendToken, BackendError> {
         let mut params = req.sampling;
         if let Some(seed) = params.seed.as_mut() {
             *seed = seed.wrapping_add(req.seq as u64);
         }
         let mut sampler = Sampler::new(params).map_err(|e| BackendError::Failed(e.to_string()))?;
-        let s = sampler.sample(&out.logits).map_err(|e| BackendError::Failed(e.to_string()))?;
+        let s = sampler.sample(logits).map_err(|e| BackendError::Failed(e.to_string()))?;
         Ok(BackendToken { token_id: s.token, logprob: s.logprob })
+    }
+
+    fn run_one(&mut self, i: usize, delta: &[u32]) -> Result<Vec<f32>, BackendError> {
+        match self.lm.forward(&mut self.sessions[i].cache, delta) {
+            Ok(out) => Ok(out.logits),
+            Err(e) => {
+                // The cache may be partially written: drop it rather than trust it.
+                self.sessions[i].cache.clear();
+                Err(match e {
+                    RuntimeError::TokenOutOfRange { .. } => BackendError::InvalidToken(e.to_string()),
+                    other => BackendError::Failed(other.to_string()),
+                })
+            }
+        }
     }
 }
 
@@ -137,7 +153,58 @@ impl Backend for EmbeddedBackend {
         self.lm.max_context()
     }
     fn next_tokens(&mut self, batch: &[BackendRequest]) -> Vec<Result<BackendToken, BackendError>> {
-        batch.iter().map(|r| self.one(r)).collect()
+        let protect_from = self.clock + 1;
+        let mut results: Vec<Option<Result<BackendToken, BackendError>>> = vec![None; batch.len()];
+        let mut rows: Vec<(usize, usize, Vec<u32>)> = Vec::new(); // (request, cache, delta)
+        for (r, req) in batch.iter().enumerate() {
+            match self.prepare(req, protect_from) {
+                Ok((i, delta)) if !rows.iter().any(|(_, j, _)| *j == i) => rows.push((r, i, delta)),
+                Ok((i, delta)) => {
+                    // Same session twice in one batch (the batcher avoids it): run in order.
+                    results[r] = Some(self.run_one(i, &delta).and_then(|l| Self::sample(req, &l)));
+                }
+                Err(e) => results[r] = Some(Err(e)),
+            }
+        }
+        if rows.len() > 1 {
+            let mut order: Vec<usize> = (0..rows.len()).collect();
+            order.sort_by_key(|&k| rows[k].1);
+            let mut caches: Vec<&mut KvCache> = Vec::with_capacity(rows.len());
+            let mut wanted = order.iter().map(|&k| rows[k].1).peekable();
+            for (idx, s) in self.sessions.iter_mut().enumerate() {
+                if wanted.peek() == Some(&idx) {
+                    caches.push(&mut s.cache);
+                    wanted.next();
+                }
+            }
+            let deltas: Vec<&[u32]> = order.iter().map(|&k| rows[k].2.as_slice()).collect();
+            match self.lm.forward_batch(&mut caches, &deltas) {
+                Ok(outs) => {
+                    for (&k, out) in order.iter().zip(outs) {
+                        let r = rows[k].0;
+                        results[r] = Some(Self::sample(&batch[r], &out.logits));
+                    }
+                    rows.clear();
+                }
+                Err(e) => {
+                    // Isolate the failure: re-run each row alone from a consistent cache.
+                    tracing::warn!("batched forward failed ({e}); retrying row by row");
+                    for (r, i, _) in &rows {
+                        let req = &batch[*r];
+                        let prepared = self.prepare(req, protect_from);
+                        results[*r] = Some(prepared.and_then(|(j, d)| {
+                            debug_assert_eq!(j, *i);
+                            self.run_one(j, &d)
+                        }).and_then(|l| Self::sample(req, &l)));
+                    }
+                    rows.clear();
+                }
+            }
+        }
+        for (r, i, delta) in rows {
+            results[r] = Some(self.run_one(i, &delta).and_then(|l| Self::sample(&batch[r], &l)));
+        }
+        results.into_iter().map(|o| o.unwrap_or_else(|| Err(BackendError::Failed("no result".into())))).collect()
     }
     fn end_session(&mut self, session: &SessionKey) {
         self.sessions.retain(|s| &s.key != session);

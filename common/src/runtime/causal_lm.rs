@@ -39,12 +39,13 @@ pub struct StepOutput {
 
 /// A loaded model: one ONNX Runtime session, reused for every cache and step.
 pub struct CausalLm {
-    session: Session,
+    pub(crate) session: Session,
     files: ModelFiles,
     has_position_ids: bool,
     stop_tokens: Vec<u32>,
     max_context: usize,
-    cpu: MemoryInfo<'static>,
+    pub(crate) cpu: MemoryInfo<'static>,
+    pub(crate) workspace: Option<super::batch::BatchWorkspace>,
 }
 
 impl std::fmt::Debug for CausalLm {
@@ -58,7 +59,14 @@ pub struct KvCache {
     binding: IoBinding,
     tokens: Vec<u32>,
     capacity: usize,
+    /// Per layer: (key, value) base pointers of the `[1, kv_heads, capacity, head]` buffers,
+    /// owned by ORT and kept alive by `binding`; used to gather/scatter for batched calls.
+    layers: Vec<(*mut f32, *mut f32)>,
 }
+
+// SAFETY: the raw pointers address buffers owned by `binding`'s held values, which move with
+// the cache; a cache is only used through `&mut` (one thread at a time).
+unsafe impl Send for KvCache {}
 
 impl std::fmt::Debug for KvCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -96,9 +104,17 @@ impl KvCache {
     pub fn clear(&mut self) {
         self.tokens.clear();
     }
+
+    pub(crate) fn layer_ptrs(&self, layer: usize) -> (*mut f32, *mut f32) {
+        self.layers[layer]
+    }
+
+    pub(crate) fn push_tokens(&mut self, tokens: &[u32]) {
+        self.tokens.extend_from_slice(tokens);
+    }
 }
 
-fn ort_err(context: &'static str) -> impl FnOnce(ort::Error) -> RuntimeError {
+pub(crate) fn ort_err(context: &'static str) -> impl FnOnce(ort::Error) -> RuntimeError {
     move |e| RuntimeError::Ort { context, message: e.to_string() }
 }
 
@@ -152,7 +168,7 @@ impl CausalLm {
         let max_context = opts.max_context.min(m.context_length).max(2);
         let cpu = MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::Default).map_err(ort_err("cpu memory info"))?;
         tracing::info!(model = %m.id, precision = %m.precision, threads, max_context, "model loaded");
-        Ok(Self { session, files, has_position_ids, stop_tokens, max_context, cpu })
+        Ok(Self { session, files, has_position_ids, stop_tokens, max_context, cpu, workspace: None })
     }
 
     /// What the preparation step recorded about this model.
@@ -183,15 +199,20 @@ impl CausalLm {
         let capacity = capacity.unwrap_or(self.max_context).clamp(2, m.context_length);
         let mut binding = self.session.create_binding().map_err(ort_err("creating an I/O binding"))?;
         let shape = [1usize, m.num_kv_heads, capacity, m.head_size];
+        let mut layers = Vec::with_capacity(m.num_layers);
         for i in 0..m.num_layers {
-            for kv in ["key", "value"] {
+            let mut ptrs = [std::ptr::null_mut(); 2];
+            for (j, kv) in ["key", "value"].into_iter().enumerate() {
                 let mut t = Tensor::<f32>::new(self.session.allocator(), shape).map_err(ort_err("allocating the KV cache"))?;
-                t.extract_tensor_mut().1.fill(0.0);
+                let (_, data) = t.extract_tensor_mut();
+                data.fill(0.0);
+                ptrs[j] = data.as_mut_ptr();
                 binding.bind_input(format!("past_key_values.{i}.{kv}"), &t).map_err(ort_err("binding the KV cache"))?;
                 binding.bind_output(format!("present.{i}.{kv}"), t).map_err(ort_err("binding the KV cache"))?;
             }
+            layers.push((ptrs[0], ptrs[1]));
         }
-        Ok(KvCache { binding, tokens: Vec::with_capacity(capacity), capacity })
+        Ok(KvCache { binding, tokens: Vec::with_capacity(capacity), capacity, layers })
     }
 
     /// Append `tokens` to the cached context and return logits and hidden state for the last one.

@@ -1,5 +1,6 @@
 //! The ONNX causal-LM runtime shared by the edge (SLM) and the gateway's embedded backend (LLM).
 
+mod batch;
 mod causal_lm;
 pub mod env;
 mod generate;
