@@ -1,5 +1,41 @@
-//! `loadtest`: placeholder binary; the issue "End-to-end token routing" fills it in.
+//! `loadtest`: measures Duet's gateway and backends. Each subcommand runs its baseline in the
+//! same process and prints one JSON report (BENCHMARKS.md quotes the commands).
+
+mod batching;
+mod fixed_backend;
+mod gateway_latency;
+mod stats;
+
+use clap::{Parser, Subcommand};
+
+/// Duet load tester.
+#[derive(Debug, Parser)]
+#[command(name = "loadtest", version, about)]
+struct Cli {
+    /// Log filter.
+    #[arg(long, global = true, env = "DUET_LOG", default_value = "warn")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Tokens/s of the embedded backend at several batch sizes (batch 1 is the baseline).
+    Batching(batching::BatchingArgs),
+    /// Latency the gateway adds per escalation: simulated devices over real QUIC on loopback
+    /// against a gateway whose backend has a fixed, known cost.
+    GatewayLatency(gateway_latency::LatencyArgs),
+}
 
 fn main() -> anyhow::Result<()> {
-    anyhow::bail!("loadtest is not implemented yet: see the open issues")
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).map_err(|e| anyhow::anyhow!("invalid --log: {e}"))?)
+        .with_writer(std::io::stderr)
+        .init();
+    match cli.command {
+        Command::Batching(a) => batching::run(a),
+        Command::GatewayLatency(a) => gateway_latency::run(a),
+    }
 }

@@ -1,0 +1,166 @@
+//! Gateway-added latency: simulated devices over real QUIC on loopback escalate against an
+//! in-process gateway whose backend costs a fixed, known time. The same run measures `Ping`
+//! round trips (QUIC + the connection actor, no batcher or backend) as the transport baseline.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser};
+use cloud_gateway::cli::GatewayArgs;
+use cloud_gateway::server::{Gateway, ModelFacts};
+use common::protocol::{ContextTracker, Frame, WireSampling};
+use edge_node::link::{Link, LinkConfig};
+use serde::Serialize;
+
+use crate::fixed_backend::FixedCostBackend;
+use crate::stats::percentile;
+
+/// Options of `loadtest gateway-latency`.
+#[derive(Debug, Args)]
+pub struct LatencyArgs {
+    /// Simulated devices (one QUIC connection each).
+    #[arg(long, default_value_t = 50)]
+    pub devices: usize,
+    /// Concurrent sessions per device.
+    #[arg(long, default_value_t = 2)]
+    pub sessions: usize,
+    /// Escalations per session (sequential, delta-synced).
+    #[arg(long, default_value_t = 50)]
+    pub escalations: usize,
+    /// Fixed backend cost per batch, ms.
+    #[arg(long, default_value_t = 0)]
+    pub cost_ms: u64,
+    /// Gateway batch cut: most escalations per batch.
+    #[arg(long, default_value_t = 64)]
+    pub max_batch: u32,
+    /// Gateway batch cut: longest wait, ms.
+    #[arg(long, default_value_t = 1)]
+    pub max_wait_ms: u64,
+    /// Tokens appended between escalations.
+    #[arg(long, default_value_t = 12)]
+    pub delta: usize,
+}
+
+#[derive(Serialize)]
+struct Report {
+    devices: usize,
+    sessions_per_device: usize,
+    escalations: usize,
+    backend_cost_ms: u64,
+    escalation_p50_ms: f64,
+    escalation_p99_ms: f64,
+    ping_p50_ms: f64,
+    ping_p99_ms: f64,
+    added_over_backend_p50_ms: f64,
+    added_over_backend_p99_ms: f64,
+    escalations_per_s: f64,
+    avg_escalation_frame_bytes_after_first: f64,
+}
+
+/// Run the measurement (bounded: devices x sessions x escalations requests, then it stops).
+pub fn run(args: LatencyArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let dir = tempfile::tempdir()?;
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])?;
+        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+        std::fs::write(&cert, ck.cert.pem())?;
+        std::fs::write(&key, ck.signing_key.serialize_pem())?;
+        let gw_args = GatewayArgs::parse_from([
+            "cloud-gateway".to_string(),
+            "--listen=127.0.0.1:0".into(),
+            "--http-listen=off".into(),
+            format!("--tls-cert={}", cert.display()),
+            format!("--tls-key={}", key.display()),
+            format!("--max-batch={}", args.max_batch),
+            format!("--max-wait-ms={}", args.max_wait_ms),
+            "--queue-capacity=100000".into(),
+        ]);
+        let fingerprint = common::model_files::ModelFiles::locate(common::model_files::DEFAULT_SLM)?.manifest.tokenizer_fingerprint;
+        let facts = ModelFacts { llm_id: "fixed-cost".into(), tokenizer_fingerprint: fingerprint.clone(), vocab_size: 151_936, max_context: 32_768 };
+        let backend = Box::new(FixedCostBackend { cost: Duration::from_millis(args.cost_ms), vocab: 151_936 });
+        let gw = Gateway::start(gw_args.gateway_config()?, backend, facts).await?;
+        let addr = gw.local_addr()?;
+        let mut links = Vec::new();
+        for d in 0..args.devices {
+            let link = Link::start(LinkConfig {
+                gateway: addr.to_string(),
+                server_name: "localhost".into(),
+                ca_cert: Some(cert.clone()),
+                insecure: false,
+                device_id: format!("sim-{d}"),
+                auth_token: String::new(),
+                tokenizer_fingerprint: fingerprint.clone(),
+                slm_id: "loadtest".into(),
+                backoff_min: Duration::from_millis(50),
+                backoff_max: Duration::from_secs(1),
+            })?;
+            anyhow::ensure!(link.wait_up(Duration::from_secs(10)).await.is_some(), "device {d} could not connect");
+            links.push(Arc::new(link));
+        }
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for (d, link) in links.iter().enumerate() {
+            for s in 0..args.sessions {
+                let link = link.clone();
+                let (n, delta) = (args.escalations, args.delta);
+                tasks.push(tokio::spawn(async move {
+                    let mut tracker = ContextTracker::new();
+                    let mut ctx: Vec<u32> = (0..64).map(|i| (1000 + i * 17 + d * 7 + s) as u32).collect();
+                    let mut lat = Vec::with_capacity(n);
+                    let mut pings = Vec::with_capacity(n);
+                    let mut later_bytes = Vec::new();
+                    for k in 0..n {
+                        for j in 0..delta {
+                            ctx.push((3000 + (k * 31 + j * 7 + s) % 20000) as u32);
+                        }
+                        let sync = tracker.sync_for(&ctx);
+                        let frame = Frame::Escalate { session_id: s as u64 + 1, seq: sync.seq, context: sync.context, sampling: WireSampling::default(), deadline_ms: 10_000 };
+                        if k > 0 {
+                            later_bytes.push(common::protocol::encode_frame(&frame, 1 << 16).map(|b| b.len()).unwrap_or(0) as f64);
+                        }
+                        let t = Instant::now();
+                        match link.request(&frame, Instant::now() + Duration::from_secs(10)).await {
+                            Ok((Frame::Token { token_id, .. }, _)) => {
+                                lat.push(t.elapsed().as_secs_f64() * 1e3);
+                                ctx.push(token_id);
+                            }
+                            other => anyhow::bail!("unexpected reply: {other:?}"),
+                        }
+                        let t = Instant::now();
+                        if let Ok((Frame::Pong { .. }, _)) = link.request(&Frame::Ping { nonce: k as u64 }, Instant::now() + Duration::from_secs(10)).await {
+                            pings.push(t.elapsed().as_secs_f64() * 1e3);
+                        }
+                    }
+                    anyhow::Ok((lat, pings, later_bytes))
+                }));
+            }
+        }
+        let (mut lat, mut pings, mut bytes) = (Vec::new(), Vec::new(), Vec::new());
+        for t in tasks {
+            let (l, p, b) = t.await??;
+            lat.extend(l);
+            pings.extend(p);
+            bytes.extend(b);
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        let cost = args.cost_ms as f64;
+        let report = Report {
+            devices: args.devices,
+            sessions_per_device: args.sessions,
+            escalations: lat.len(),
+            backend_cost_ms: args.cost_ms,
+            escalation_p50_ms: percentile(&mut lat, 0.5),
+            escalation_p99_ms: percentile(&mut lat, 0.99),
+            ping_p50_ms: percentile(&mut pings, 0.5),
+            ping_p99_ms: percentile(&mut pings, 0.99),
+            added_over_backend_p50_ms: percentile(&mut lat, 0.5) - cost,
+            added_over_backend_p99_ms: percentile(&mut lat, 0.99) - cost,
+            escalations_per_s: lat.len() as f64 / elapsed,
+            avg_escalation_frame_bytes_after_first: bytes.iter().sum::<f64>() / bytes.len().max(1) as f64,
+        };
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        gw.shutdown().await;
+        anyhow::Ok(())
+    })
+}
