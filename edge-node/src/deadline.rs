@@ -15,6 +15,9 @@ pub struct DeadlinePolicy {
     pub min: Duration,
     /// Longest deadline (the most one token may ever wait).
     pub max: Duration,
+    /// Expected LLM prefill time per context token sent: a long delta (or a `Full` resync)
+    /// costs the gateway more than a one-token one, so it gets a longer deadline.
+    pub per_token: Duration,
     /// Consecutive failed escalations that switch to local-only.
     pub failures_to_degrade: u32,
     /// First local-only period; doubles while probes keep failing, up to `max_backoff`.
@@ -29,6 +32,7 @@ impl Default for DeadlinePolicy {
             k: 2.0,
             min: Duration::from_millis(30),
             max: Duration::from_millis(1500),
+            per_token: Duration::from_millis(25),
             failures_to_degrade: 3,
             backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(15),
@@ -37,9 +41,9 @@ impl Default for DeadlinePolicy {
 }
 
 impl DeadlinePolicy {
-    /// Deadline for one escalation.
-    pub fn deadline(&self, srtt: Duration, service_time: Duration) -> Duration {
-        let d = srtt.mul_f64(self.k) + service_time;
+    /// Deadline for one escalation that sends `tokens` context tokens.
+    pub fn deadline(&self, srtt: Duration, service_time: Duration, tokens: usize) -> Duration {
+        let d = srtt.mul_f64(self.k) + service_time + self.per_token * tokens.min(100_000) as u32;
         d.clamp(self.min, self.max)
     }
 }
@@ -65,9 +69,9 @@ impl LinkHealth {
         self.local_until.is_none_or(|t| now >= t)
     }
 
-    /// Deadline for an escalation sent now.
-    pub fn deadline(&self, srtt: Duration) -> Duration {
-        self.policy.deadline(srtt, Duration::from_secs_f64(self.service_ewma_ms / 1e3))
+    /// Deadline for an escalation sent now carrying `tokens` context tokens.
+    pub fn deadline(&self, srtt: Duration, tokens: usize) -> Duration {
+        self.policy.deadline(srtt, Duration::from_secs_f64(self.service_ewma_ms / 1e3), tokens)
     }
 
     /// The cloud answered; `llm_ms` is the gateway's reported service time.
@@ -113,9 +117,10 @@ mod tests {
     #[test]
     fn deadline_is_clamped() {
         let p = DeadlinePolicy::default();
-        assert_eq!(p.deadline(Duration::from_millis(1), Duration::ZERO), p.min);
-        assert_eq!(p.deadline(Duration::from_millis(100), Duration::from_millis(50)), Duration::from_millis(250));
-        assert_eq!(p.deadline(Duration::from_secs(10), Duration::ZERO), p.max);
+        assert_eq!(p.deadline(Duration::from_millis(1), Duration::ZERO, 0), p.min);
+        assert_eq!(p.deadline(Duration::from_millis(100), Duration::from_millis(50), 0), Duration::from_millis(250));
+        assert_eq!(p.deadline(Duration::from_millis(100), Duration::from_millis(50), 4), Duration::from_millis(350));
+        assert_eq!(p.deadline(Duration::from_secs(10), Duration::ZERO, 1), p.max);
     }
 
     #[test]

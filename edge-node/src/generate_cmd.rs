@@ -74,8 +74,11 @@ pub struct CloudArgs {
     #[arg(long, env = "DUET_DEADLINE_MIN_MS", default_value_t = 30)]
     pub deadline_min_ms: u64,
     /// Longest wait for a cloud token, ms: past it the SLM's token is used.
-    #[arg(long, env = "DUET_DEADLINE_MAX_MS", default_value_t = 1500)]
+    #[arg(long, env = "DUET_DEADLINE_MAX_MS", default_value_t = 3000)]
     pub deadline_max_ms: u64,
+    /// Expected LLM time per context token sent, ms (lengthens the deadline of long deltas).
+    #[arg(long, env = "DUET_DEADLINE_PER_TOKEN_MS", default_value_t = 25)]
+    pub deadline_per_token_ms: u64,
     /// Highlight cloud tokens: auto (when stdout is a terminal), always, never.
     #[arg(long, env = "DUET_COLOR", default_value = "auto", value_parser = ["auto", "always", "never"])]
     pub color: String,

@@ -57,6 +57,10 @@ pub struct RoutedStats {
     pub context_missing: usize,
     /// Escalations that carried the whole context (`Full`): the first, and each resync.
     pub full_syncs: usize,
+    /// Frame bytes (length prefix included) of the first escalation.
+    pub first_escalation_bytes: usize,
+    /// Average frame bytes of the escalations after the first.
+    pub later_escalation_bytes_avg: f64,
     pub bytes_sent: u64,
     pub bytes_received: u64,
     pub prefill_ms: f64,
@@ -71,6 +75,8 @@ pub struct RoutedStats {
     token_latencies: Vec<f64>,
     #[serde(skip)]
     escalation_latencies: Vec<f64>,
+    #[serde(skip)]
+    escalation_bytes: Vec<usize>,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -103,6 +109,10 @@ impl RoutedStats {
         e.sort_by(f64::total_cmp);
         self.escalation_latency_ms_p50 = percentile(&e, 0.5);
         self.escalation_latency_ms_p99 = percentile(&e, 0.99);
+        if let Some((first, later)) = self.escalation_bytes.split_first() {
+            self.first_escalation_bytes = *first;
+            self.later_escalation_bytes_avg = if later.is_empty() { 0.0 } else { later.iter().sum::<usize>() as f64 / later.len() as f64 };
+        }
         self.tokens_per_s = if self.total_ms > 0.0 { self.tokens as f64 / (self.total_ms / 1e3) } else { 0.0 };
     }
 }
@@ -154,7 +164,8 @@ impl<'a> RoutedSession<'a> {
             self.tracker.reset();
             self.health.reconnected();
         }
-        let budget = self.health.deadline(connected.conn.rtt());
+        let to_send = context.len() - self.tracker.assumed_len().filter(|&n| n <= context.len()).unwrap_or(0);
+        let budget = self.health.deadline(connected.conn.rtt(), to_send);
         let deadline = now + budget;
         for attempt in 0..2 {
             let sync = self.tracker.sync_for(context);
@@ -168,6 +179,7 @@ impl<'a> RoutedSession<'a> {
                 sampling: WireSampling::from(self.params.sampling),
                 deadline_ms: deadline.saturating_duration_since(Instant::now()).as_millis() as u32,
             };
+            stats.escalation_bytes.push(common::protocol::encode_frame(&frame, usize::MAX).map(|b| b.len()).unwrap_or(0));
             let outcome = link.request(&frame, deadline).await;
             let reason = match outcome {
                 Ok((Frame::Token { seq, token_id, llm_ms, .. }, _)) if seq == sync.seq => {

@@ -87,6 +87,7 @@ pub fn run(args: &GenerateArgs, lm: &mut CausalLm, tok: &Tokenizer, cache: &mut 
         let policy = DeadlinePolicy {
             min: Duration::from_millis(args.cloud.deadline_min_ms),
             max: Duration::from_millis(args.cloud.deadline_max_ms.max(args.cloud.deadline_min_ms)),
+            per_token: Duration::from_millis(args.cloud.deadline_per_token_ms),
             ..DeadlinePolicy::default()
         };
         let health = LinkHealth::new(policy, service);
