@@ -35,22 +35,8 @@ impl CausalLm {
         if !fits {
             let m = self.manifest().clone();
             let capacity = need.next_power_of_two().clamp(64, self.max_context());
-            let mut binding = self.session.create_binding().map_err(ort_err("creating an I/O binding"))?;
-            let shape = [rows, m.num_kv_heads, capacity, m.head_size];
-            let mut layers = Vec::with_capacity(m.num_layers);
-            for i in 0..m.num_layers {
-                let mut ptrs = [std::ptr::null_mut(); 2];
-                for (j, kv) in ["key", "value"].into_iter().enumerate() {
-                    let mut t = Tensor::<f32>::new(self.session.allocator(), shape).map_err(ort_err("allocating the batch workspace"))?;
-                    let (_, data) = t.extract_tensor_mut();
-                    data.fill(0.0);
-                    ptrs[j] = data.as_mut_ptr();
-                    binding.bind_input(format!("past_key_values.{i}.{kv}"), &t).map_err(ort_err("binding the workspace"))?;
-                    binding.bind_output(format!("present.{i}.{kv}"), t).map_err(ort_err("binding the workspace"))?;
-                }
-                layers.push((ptrs[0], ptrs[1]));
-            }
             self.workspace = None; // free the old one first
+            let (binding, layers) = self.bind_kv([rows, m.num_kv_heads, capacity, m.head_size])?;
             self.workspace = Some(BatchWorkspace { rows, capacity, binding, layers });
         }
         self.workspace.as_mut().ok_or_else(|| RuntimeError::Interface("batch workspace".into()))

@@ -197,22 +197,29 @@ impl CausalLm {
     pub fn new_cache(&self, capacity: Option<usize>) -> Result<KvCache, RuntimeError> {
         let m = &self.files.manifest;
         let capacity = capacity.unwrap_or(self.max_context).clamp(2, m.context_length);
+        let (binding, layers) = self.bind_kv([1, m.num_kv_heads, capacity, m.head_size])?;
+        Ok(KvCache { binding, tokens: Vec::with_capacity(capacity), capacity, layers })
+    }
+
+    /// Allocate zeroed KV buffers of `shape` for every layer and bind each as both the past
+    /// input and the present output (in place); returns the binding and the buffers' pointers.
+    pub(crate) fn bind_kv(&self, shape: [usize; 4]) -> Result<(IoBinding, Vec<(*mut f32, *mut f32)>), RuntimeError> {
+        let m = &self.files.manifest;
         let mut binding = self.session.create_binding().map_err(ort_err("creating an I/O binding"))?;
-        let shape = [1usize, m.num_kv_heads, capacity, m.head_size];
         let mut layers = Vec::with_capacity(m.num_layers);
         for i in 0..m.num_layers {
             let mut ptrs = [std::ptr::null_mut(); 2];
             for (j, kv) in ["key", "value"].into_iter().enumerate() {
-                let mut t = Tensor::<f32>::new(self.session.allocator(), shape).map_err(ort_err("allocating the KV cache"))?;
+                let mut t = Tensor::<f32>::new(self.session.allocator(), shape).map_err(ort_err("allocating a KV buffer"))?;
                 let (_, data) = t.extract_tensor_mut();
                 data.fill(0.0);
                 ptrs[j] = data.as_mut_ptr();
-                binding.bind_input(format!("past_key_values.{i}.{kv}"), &t).map_err(ort_err("binding the KV cache"))?;
-                binding.bind_output(format!("present.{i}.{kv}"), t).map_err(ort_err("binding the KV cache"))?;
+                binding.bind_input(format!("past_key_values.{i}.{kv}"), &t).map_err(ort_err("binding a KV buffer"))?;
+                binding.bind_output(format!("present.{i}.{kv}"), t).map_err(ort_err("binding a KV buffer"))?;
             }
             layers.push((ptrs[0], ptrs[1]));
         }
-        Ok(KvCache { binding, tokens: Vec::with_capacity(capacity), capacity, layers })
+        Ok((binding, layers))
     }
 
     /// Append `tokens` to the cached context and return logits and hidden state for the last one.
