@@ -330,19 +330,22 @@ def install_runtime(home: Path) -> Path:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", nargs="*", default=["runtime", "slm", "tiny", "llm"],
-                    choices=["runtime", "slm", "llm", "tiny", "fetch-slm", "fetch-llm"],
-                    help="what to prepare (default: everything)")
+    steps = ["runtime", "slm", "llm", "tiny", "fetch-slm", "fetch-llm"]
+    ap.add_argument("what", nargs="*", metavar="STEP",
+                    help=f"what to prepare, any of {', '.join(steps)} (default: runtime slm tiny llm)")
     ap.add_argument("--precision", choices=["int4", "int8"], default=os.environ.get("DUET_PRECISION", "int4"),
                     help="weight quantization for the real models (MatMulNBits)")
     ap.add_argument("--keep-intermediate", action="store_true",
                     help="keep the HF checkpoints (several GB) after the ONNX build")
     args = ap.parse_args()
+    for w in args.what:
+        if w not in steps:
+            ap.error(f"unknown step `{w}`; choose from {', '.join(steps)}")
     home = duet_home()
     home.mkdir(parents=True, exist_ok=True)
     log(f"DUET_HOME={home}")
     started = time.monotonic()
-    for what in args.what:
+    for what in args.what or ["runtime", "slm", "tiny", "llm"]:
         if what == "runtime":
             install_runtime(home)
         elif what.startswith("fetch-"):

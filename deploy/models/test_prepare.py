@@ -71,6 +71,19 @@ class FetchTest(unittest.TestCase):
             prepare.MODELS[SLM]["sha256"] = saved
 
 
+class CliTest(unittest.TestCase):
+    def test_no_arguments_prepares_everything_and_a_typo_is_refused(self):
+        out = subprocess.run([sys.executable, str(HERE / "prepare.py"), "--help"], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0)
+        bad = subprocess.run([sys.executable, str(HERE / "prepare.py"), "slmm"], capture_output=True, text=True)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("unknown step `slmm`", bad.stderr)
+        if (REAL_HOME / "models" / SLM / "duet-model.json").exists():
+            done = subprocess.run([sys.executable, str(HERE / "prepare.py")], capture_output=True, text=True, timeout=600)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            self.assertIn("present", done.stdout)
+
+
 class FingerprintTest(unittest.TestCase):
     def test_rule(self):
         with tempfile.TemporaryDirectory() as d:
