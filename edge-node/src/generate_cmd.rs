@@ -79,6 +79,9 @@ pub struct CloudArgs {
     /// Expected LLM time per context token sent, ms (lengthens the deadline of long deltas).
     #[arg(long, env = "DUET_DEADLINE_PER_TOKEN_MS", default_value_t = 25)]
     pub deadline_per_token_ms: u64,
+    /// Do not send the prompt to the gateway ahead of the first hard token.
+    #[arg(long, env = "DUET_NO_PRESYNC")]
+    pub no_presync: bool,
     /// Highlight cloud tokens: auto (when stdout is a terminal), always, never.
     #[arg(long, env = "DUET_COLOR", default_value = "auto", value_parser = ["auto", "always", "never"])]
     pub color: String,

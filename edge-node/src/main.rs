@@ -22,7 +22,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Generate text for a prompt, streaming tokens to stdout as they are produced.
-    Generate(generate_cmd::GenerateArgs),
+    Generate(Box<generate_cmd::GenerateArgs>),
     /// Measure prefill and decode speed of a model on this machine.
     Bench(bench_cmd::BenchArgs),
 }
@@ -34,7 +34,7 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match cli.command {
-        Command::Generate(args) => generate_cmd::run(args),
+        Command::Generate(args) => generate_cmd::run(*args),
         Command::Bench(args) => bench_cmd::run(args),
     }
 }

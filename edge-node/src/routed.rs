@@ -124,6 +124,9 @@ pub struct RoutedParams {
     pub tau: f32,
     pub sampling: SamplingParams,
     pub session_id: u64,
+    /// Send the prompt to the gateway at the start, in the background, so that the first hard
+    /// token costs the LLM only a short delta instead of a whole-prompt prefill.
+    pub presync: bool,
 }
 
 /// Outcome of one escalation attempt.
@@ -219,6 +222,33 @@ impl<'a> RoutedSession<'a> {
         Escalated::Fallback(FallbackReason::GatewayError)
     }
 
+    /// Start syncing `prompt` to the gateway without waiting: the reply (an LLM token nobody
+    /// needs) is awaited in a background task so the work is not cancelled, and the tracker
+    /// assumes the sync applied, like any other (a lost one costs a `ContextMissing` retry).
+    fn presync(&mut self, prompt: &[u32], stats: &mut RoutedStats) {
+        let Some(link) = self.link else { return };
+        let LinkState::Up(connected) = link.state() else { return };
+        if connected.generation != self.generation {
+            self.generation = connected.generation;
+            self.tracker.reset();
+        }
+        let sync = self.tracker.sync_for(prompt);
+        if matches!(sync.context, common::protocol::ContextSync::Full { .. }) {
+            stats.full_syncs += 1;
+        }
+        let frame = Frame::Escalate {
+            session_id: self.params.session_id,
+            seq: sync.seq,
+            context: sync.context,
+            sampling: WireSampling::from(self.params.sampling),
+            deadline_ms: 30_000,
+        };
+        let link = link.clone();
+        tokio::spawn(async move {
+            let _ = link.request(&frame, Instant::now() + Duration::from_secs(30)).await;
+        });
+    }
+
     /// Generate after `prompt`, calling `on_token(token, source)` for each token.
     pub async fn generate(
         &mut self,
@@ -232,6 +262,9 @@ impl<'a> RoutedSession<'a> {
         let started = Instant::now();
         let mut step = StepOutput::default();
         cache.clear();
+        if self.params.presync && self.params.tau > 0.0 {
+            self.presync(prompt, &mut stats);
+        }
         tokio::task::block_in_place(|| lm.forward_into(cache, prompt, &mut step))?;
         stats.prefill_ms = started.elapsed().as_secs_f64() * 1e3;
         let mut context: Vec<u32> = prompt.to_vec();

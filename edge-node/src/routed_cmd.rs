@@ -83,7 +83,7 @@ pub fn run(args: &GenerateArgs, lm: &mut CausalLm, tok: &Tokenizer, cache: &mut 
             }
         };
         let mut router = ConfidenceRouter;
-        let params = RoutedParams { max_new_tokens: args.max_new_tokens, tau: args.cloud.tau, sampling, session_id: next_session_id() };
+        let params = RoutedParams { max_new_tokens: args.max_new_tokens, tau: args.cloud.tau, sampling, session_id: next_session_id(), presync: !args.cloud.no_presync };
         let policy = DeadlinePolicy {
             min: Duration::from_millis(args.cloud.deadline_min_ms),
             max: Duration::from_millis(args.cloud.deadline_max_ms.max(args.cloud.deadline_min_ms)),

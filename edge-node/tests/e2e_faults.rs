@@ -27,8 +27,7 @@ fn gateway_killed_mid_generation_edge_finishes_locally() {
     let ca = cert.to_str().unwrap().to_string();
     let killer = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(2500));
-        gw.kill().unwrap();
-        gw.wait().unwrap();
+        gw.kill();
     });
     let (v, elapsed) = edge_json(&edge_args(&addr, &ca, "400", &["--deadline-max-ms", "300", "--connect-wait-ms", "5000"]));
     killer.join().unwrap();
@@ -50,14 +49,12 @@ fn gateway_restarted_edge_reconnects_and_resyncs() {
     let (c2, k2) = (cert.clone(), key.clone());
     let restarter = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(1500));
-        gw.kill().unwrap();
-        gw.wait().unwrap();
+        gw.kill();
         std::thread::sleep(Duration::from_millis(200));
         spawn_gateway_process(port, &c2, &k2, TINY, &["--backend-delay-ms=2"])
     });
     let (v, _) = edge_json(&edge_args(&addr, &ca, "3000", &["--deadline-max-ms", "300", "--connect-wait-ms", "5000"]));
-    let mut gw2 = restarter.join().unwrap();
-    let _ = gw2.kill();
+    let _gw2 = restarter.join().unwrap();
     let sources: Vec<&str> = v["sources"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
     let first_fallback = sources.iter().position(|s| *s == "fallback").expect("the restart causes fallbacks");
     assert!(sources[first_fallback..].contains(&"cloud"), "cloud tokens again after the restart: {v}");
@@ -69,11 +66,10 @@ fn slow_backend_falls_back_within_the_deadline() {
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = cert_pair(dir.path());
     let port = free_udp_port();
-    let mut gw = spawn_gateway_process(port, &cert, &key, TINY, &["--backend-delay-ms=3000"]);
+    let _gw = spawn_gateway_process(port, &cert, &key, TINY, &["--backend-delay-ms=3000"]);
     let addr = format!("127.0.0.1:{port}");
     let ca = cert.to_str().unwrap().to_string();
     let (v, elapsed) = edge_json(&edge_args(&addr, &ca, "40", &["--deadline-max-ms", "200", "--connect-wait-ms", "5000"]));
-    let _ = gw.kill();
     assert_eq!(v["tokens"], 40);
     assert_eq!(v["cloud_tokens"], 0, "{v}");
     assert!(v["fallback_timeout"].as_u64().unwrap() >= 1, "{v}");

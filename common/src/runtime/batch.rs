@@ -22,7 +22,7 @@ pub(crate) struct BatchWorkspace {
     pub(crate) capacity: usize,
     pub(crate) binding: ort::session::IoBinding,
     /// Per layer: (key, value) base pointers into ORT-owned memory kept alive by `binding`.
-    pub(crate) layers: Vec<(*mut f32, *mut f32)>,
+    pub(crate) layers: super::causal_lm::KvPointers,
 }
 
 // SAFETY: the pointers address buffers owned by `binding`'s held values, which move with it;

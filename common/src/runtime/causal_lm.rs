@@ -54,6 +54,9 @@ impl std::fmt::Debug for CausalLm {
     }
 }
 
+/// Per layer: (key, value) base pointers of ORT-owned KV buffers.
+pub(crate) type KvPointers = Vec<(*mut f32, *mut f32)>;
+
 /// Per-sequence attention state: KV buffers bound in place to the session.
 pub struct KvCache {
     binding: IoBinding,
@@ -61,7 +64,7 @@ pub struct KvCache {
     capacity: usize,
     /// Per layer: (key, value) base pointers of the `[1, kv_heads, capacity, head]` buffers,
     /// owned by ORT and kept alive by `binding`; used to gather/scatter for batched calls.
-    layers: Vec<(*mut f32, *mut f32)>,
+    layers: KvPointers,
 }
 
 // SAFETY: the raw pointers address buffers owned by `binding`'s held values, which move with
@@ -203,7 +206,7 @@ impl CausalLm {
 
     /// Allocate zeroed KV buffers of `shape` for every layer and bind each as both the past
     /// input and the present output (in place); returns the binding and the buffers' pointers.
-    pub(crate) fn bind_kv(&self, shape: [usize; 4]) -> Result<(IoBinding, Vec<(*mut f32, *mut f32)>), RuntimeError> {
+    pub(crate) fn bind_kv(&self, shape: [usize; 4]) -> Result<(IoBinding, KvPointers), RuntimeError> {
         let m = &self.files.manifest;
         let mut binding = self.session.create_binding().map_err(ort_err("creating an I/O binding"))?;
         let mut layers = Vec::with_capacity(m.num_layers);

@@ -52,8 +52,25 @@ pub async fn start_gateway(dir: &Path, model: &str, extra: &[&str]) -> Gateway {
     Gateway::start(config, backend, facts).await.unwrap()
 }
 
+/// A child gateway process, killed when dropped (also when a test panics).
+pub struct GatewayProcess(Child);
+
+impl GatewayProcess {
+    /// Kill it now (like a crash: no connection close is sent) and reap it.
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// Start `cloud-gateway` as a child process (so a test can kill it) on a fixed port.
-pub fn spawn_gateway_process(port: u16, cert: &Path, key: &Path, model: &str, extra: &[&str]) -> Child {
+pub fn spawn_gateway_process(port: u16, cert: &Path, key: &Path, model: &str, extra: &[&str]) -> GatewayProcess {
     let exe = gateway_exe();
     let mut cmd = Command::new(exe);
     cmd.args([
@@ -67,7 +84,7 @@ pub fn spawn_gateway_process(port: u16, cert: &Path, key: &Path, model: &str, ex
         "--log=warn".into(),
     ]);
     cmd.args(extra).stdout(Stdio::null()).stderr(Stdio::inherit());
-    cmd.spawn().expect("spawn cloud-gateway")
+    GatewayProcess(cmd.spawn().expect("spawn cloud-gateway"))
 }
 
 /// Path of the gateway binary built alongside the edge node.
