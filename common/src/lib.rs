@@ -5,6 +5,7 @@
 //! fingerprinting ([`tokenizer`]) and the on-disk model layout ([`model_files`]).
 
 pub mod chat;
+pub mod cqa;
 pub mod detokenize;
 pub mod model_files;
 pub mod protocol;
