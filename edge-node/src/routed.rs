@@ -171,21 +171,12 @@ impl<'a> RoutedSession<'a> {
         let budget = self.health.deadline(connected.conn.rtt(), to_send);
         let deadline = now + budget;
         for attempt in 0..2 {
-            let sync = self.tracker.sync_for(context);
-            if matches!(sync.context, common::protocol::ContextSync::Full { .. }) {
-                stats.full_syncs += 1;
-            }
-            let frame = Frame::Escalate {
-                session_id: self.params.session_id,
-                seq: sync.seq,
-                context: sync.context,
-                sampling: WireSampling::from(self.params.sampling),
-                deadline_ms: deadline.saturating_duration_since(Instant::now()).as_millis() as u32,
-            };
+            let deadline_ms = deadline.saturating_duration_since(Instant::now()).as_millis() as u32;
+            let (seq, frame) = self.next_escalation(context, deadline_ms, stats);
             stats.escalation_bytes.push(common::protocol::encode_frame(&frame, usize::MAX).map(|b| b.len()).unwrap_or(0));
             let outcome = link.request(&frame, deadline).await;
             let reason = match outcome {
-                Ok((Frame::Token { seq, token_id, llm_ms, .. }, _)) if seq == sync.seq => {
+                Ok((Frame::Token { seq: got, token_id, llm_ms, .. }, _)) if got == seq => {
                     self.tracker.acknowledge(seq);
                     self.health.success(llm_ms);
                     stats.escalation_latencies.push(now.elapsed().as_secs_f64() * 1e3);
@@ -222,6 +213,22 @@ impl<'a> RoutedSession<'a> {
         Escalated::Fallback(FallbackReason::GatewayError)
     }
 
+    /// The next `Escalate` frame for `context` (allocates its seq, counts a `Full`).
+    fn next_escalation(&mut self, context: &[u32], deadline_ms: u32, stats: &mut RoutedStats) -> (u32, Frame) {
+        let sync = self.tracker.sync_for(context);
+        if matches!(sync.context, common::protocol::ContextSync::Full { .. }) {
+            stats.full_syncs += 1;
+        }
+        let frame = Frame::Escalate {
+            session_id: self.params.session_id,
+            seq: sync.seq,
+            context: sync.context,
+            sampling: WireSampling::from(self.params.sampling),
+            deadline_ms,
+        };
+        (sync.seq, frame)
+    }
+
     /// Start syncing `prompt` to the gateway without waiting: the reply (an LLM token nobody
     /// needs) is awaited in a background task so the work is not cancelled, and the tracker
     /// assumes the sync applied, like any other (a lost one costs a `ContextMissing` retry).
@@ -232,17 +239,7 @@ impl<'a> RoutedSession<'a> {
             self.generation = connected.generation;
             self.tracker.reset();
         }
-        let sync = self.tracker.sync_for(prompt);
-        if matches!(sync.context, common::protocol::ContextSync::Full { .. }) {
-            stats.full_syncs += 1;
-        }
-        let frame = Frame::Escalate {
-            session_id: self.params.session_id,
-            seq: sync.seq,
-            context: sync.context,
-            sampling: WireSampling::from(self.params.sampling),
-            deadline_ms: 30_000,
-        };
+        let (_, frame) = self.next_escalation(prompt, 30_000, stats);
         let link = link.clone();
         tokio::spawn(async move {
             let _ = link.request(&frame, Instant::now() + Duration::from_secs(30)).await;
