@@ -7,10 +7,7 @@ use cloud_gateway::server::Gateway;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = GatewayArgs::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&args.log).map_err(|e| anyhow::anyhow!("invalid --log `{}`: {e}", args.log))?)
-        .with_writer(std::io::stderr)
-        .init();
+    common::telemetry::init_logging(&args.log)?;
     let config = args.gateway_config()?;
     let (backend, facts) = tokio::task::spawn_blocking({
         let args = args.clone();

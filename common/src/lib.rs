@@ -11,4 +11,5 @@ pub mod model_files;
 pub mod protocol;
 pub mod runtime;
 pub mod sampling;
+pub mod telemetry;
 pub mod tokenizer;

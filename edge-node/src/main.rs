@@ -29,10 +29,7 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).map_err(|e| anyhow::anyhow!("invalid --log filter `{}`: {e}", cli.log))?)
-        .with_writer(std::io::stderr)
-        .init();
+    common::telemetry::init_logging(&cli.log)?;
     match cli.command {
         Command::Generate(args) => generate_cmd::run(*args),
         Command::Bench(args) => bench_cmd::run(args),

@@ -30,10 +30,7 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).map_err(|e| anyhow::anyhow!("invalid --log: {e}"))?)
-        .with_writer(std::io::stderr)
-        .init();
+    common::telemetry::init_logging(&cli.log)?;
     match cli.command {
         Command::Batching(a) => batching::run(a),
         Command::GatewayLatency(a) => gateway_latency::run(a),
