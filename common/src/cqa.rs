@@ -3,9 +3,11 @@
 //!
 //! Answer rule (documented for every reported accuracy): take the text after the *last*
 //! "the answer is" (any case). If it contains a parenthesised single label letter, e.g.
-//! "(c)", that label is the answer. Otherwise, if it starts with one choice's text (any case,
-//! ignoring surrounding punctuation), that choice's label is the answer; when several choices
-//! match, the longest wins. Without the phrase at all, the last parenthesised label letter in
+//! "(c)", that label is the answer. Otherwise, if it starts with a capital label letter
+//! standing alone ("C.", "C)", "C:", "C " or the end of the text), that label is the answer.
+//! Otherwise, if it starts with one choice's text (any case, ignoring surrounding
+//! punctuation), that choice's label is the answer; when several choices match, the longest
+//! wins. Without the phrase at all, the last parenthesised label letter in
 //! the text is the answer ("... is going to England (c)."). Anything else is "no answer" and
 //! counts as wrong.
 
@@ -92,7 +94,8 @@ pub fn prompt_for(question: &str, choices: &Choices) -> String {
 
 /// The label chosen by a generated text, by the rule in the module docs.
 pub fn extract_answer(text: &str, choices: &Choices) -> Option<String> {
-    let lower = text.to_lowercase();
+    // ASCII lowering keeps byte offsets, so `text` and `lower` can share indices.
+    let lower = text.to_ascii_lowercase();
     let labels: Vec<String> = choices.label.iter().map(|l| l.to_lowercase()).collect();
     let Some(at) = lower.rfind("the answer is") else {
         let b = lower.as_bytes();
@@ -110,6 +113,16 @@ pub fn extract_answer(text: &str, choices: &Choices) -> Option<String> {
         if bytes[i] == b'(' && bytes[i + 2] == b')' {
             let c = (bytes[i + 1] as char).to_string();
             if let Some(k) = labels.iter().position(|l| *l == c) {
+                return Some(choices.label[k].clone());
+            }
+        }
+    }
+    // A bare capital label: "the answer is C. garments".
+    let original = text[at + "the answer is".len()..].trim_start_matches(|c: char| c.is_whitespace() || c == ':' || c == '"' || c == '\'');
+    let mut chars = original.chars();
+    if let (Some(first), next) = (chars.next(), chars.next()) {
+        if first.is_ascii_uppercase() && next.is_none_or(|c| matches!(c, '.' | ')' | ':' | ',' | ' ' | '\n')) {
+            if let Some(k) = choices.label.iter().position(|l| l.len() == 1 && l.starts_with(first)) {
                 return Some(choices.label[k].clone());
             }
         }
@@ -133,6 +146,15 @@ mod tests {
             label: ["A", "B", "C", "D", "E"].map(String::from).to_vec(),
             text: ["bank", "library", "department store", "mall", "new york"].map(String::from).to_vec(),
         }
+    }
+
+    #[test]
+    fn bare_capital_label_counts() {
+        assert_eq!(extract_answer("[Explanation]. Therefore, the answer is C. department store.", &choices()).as_deref(), Some("C"));
+        assert_eq!(extract_answer("Wood floats. Therefore, the answer is D.", &choices()).as_deref(), Some("D"));
+        assert_eq!(extract_answer("the answer is B", &choices()).as_deref(), Some("B"));
+        assert_eq!(extract_answer("Therefore, the answer is answer (label).", &choices()), None);
+        assert_eq!(extract_answer("the answer is library.", &choices()).as_deref(), Some("B"), "choice text still counts");
     }
 
     #[test]

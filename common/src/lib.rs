@@ -9,6 +9,7 @@ pub mod cqa;
 pub mod detokenize;
 pub mod model_files;
 pub mod protocol;
+pub mod router_model;
 pub mod runtime;
 pub mod sampling;
 pub mod telemetry;

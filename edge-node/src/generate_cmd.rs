@@ -52,6 +52,14 @@ pub struct CloudArgs {
     /// Escalate a token when the router's confidence is below tau (0 = never, 1 = always).
     #[arg(long, env = "DUET_TAU", default_value_t = 0.5, value_parser = parse_unit)]
     pub tau: f32,
+    /// Instead of --tau: the share of tokens to escalate, turned into tau by the router file's
+    /// calibration table (needs --router FILE).
+    #[arg(long, env = "DUET_ESCALATION_RATE", value_parser = parse_unit, conflicts_with = "tau")]
+    pub escalation_rate: Option<f32>,
+    /// Routing policy: `confidence` (the SLM's top probability) or a trained router file
+    /// (from `edge-node router-train`) made for this SLM.
+    #[arg(long, env = "DUET_ROUTER", default_value = "confidence")]
+    pub router: String,
     /// The gateway's certificate (PEM); default: $DUET_HOME/gateway-cert.pem, which a local gateway writes.
     #[arg(long, env = "DUET_CA_CERT")]
     pub ca_cert: Option<std::path::PathBuf>,
@@ -87,7 +95,7 @@ pub struct CloudArgs {
     pub color: String,
 }
 
-fn parse_unit(s: &str) -> Result<f32, String> {
+pub fn parse_unit(s: &str) -> Result<f32, String> {
     let v: f32 = s.parse().map_err(|e| format!("`{s}` is not a number: {e}"))?;
     if (0.0..=1.0).contains(&v) {
         Ok(v)

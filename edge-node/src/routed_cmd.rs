@@ -15,9 +15,9 @@ use serde::Serialize;
 use edge_node::deadline::{DeadlinePolicy, LinkHealth};
 use edge_node::link::{next_session_id, Link, LinkConfig};
 use edge_node::routed::{RoutedParams, RoutedSession, RoutedStats, TokenSource};
-use edge_node::router::ConfidenceRouter;
+use edge_node::router::{ConfidenceRouter, MlpRouter, Router};
 
-use crate::generate_cmd::GenerateArgs;
+use crate::generate_cmd::{CloudArgs, GenerateArgs};
 use crate::proc_stats::peak_rss_mib;
 
 #[derive(Serialize)]
@@ -42,9 +42,28 @@ struct RoutedReport<'a> {
     peak_rss_mib: Option<f64>,
 }
 
+/// The routing policy and threshold the command line asks for: `--router` picks the policy,
+/// `--escalation-rate` (through the router file's calibration table) or `--tau` the threshold.
+pub fn build_router(cloud: &CloudArgs, lm: &CausalLm, tok: &Tokenizer) -> anyhow::Result<(Box<dyn Router>, f32)> {
+    if cloud.router == "confidence" {
+        if let Some(rate) = cloud.escalation_rate {
+            anyhow::bail!("--escalation-rate {rate} needs a trained router file (--router FILE): its calibration table maps rates to tau");
+        }
+        return Ok((Box::new(ConfidenceRouter), cloud.tau));
+    }
+    let path = std::path::Path::new(&cloud.router);
+    let m = lm.manifest();
+    let router = MlpRouter::load(path, &m.id, tok.fingerprint(), m.hidden_size)?;
+    let tau = match cloud.escalation_rate {
+        Some(rate) => router.model().meta().calibration.tau_for_rate(rate)?,
+        None => cloud.tau,
+    };
+    tracing::info!(router = %path.display(), tau, "trained router loaded");
+    Ok((Box::new(router), tau))
+}
+
 /// Build the link configuration from the command line.
-pub fn link_config(args: &GenerateArgs, tok: &Tokenizer, slm_id: &str) -> anyhow::Result<LinkConfig> {
-    let cloud = &args.cloud;
+pub fn link_config(cloud: &CloudArgs, tok: &Tokenizer, slm_id: &str) -> anyhow::Result<LinkConfig> {
     let gateway = cloud.gateway.clone().context("--gateway is required")?;
     let ca_cert = cloud.ca_cert.clone().or_else(|| {
         let p = duet_home().join("gateway-cert.pem");
@@ -72,7 +91,9 @@ pub fn link_config(args: &GenerateArgs, tok: &Tokenizer, slm_id: &str) -> anyhow
 pub fn run(args: &GenerateArgs, lm: &mut CausalLm, tok: &Tokenizer, cache: &mut KvCache, prompt: &[u32], dropped: usize, sampling: SamplingParams) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async {
-        let config = link_config(args, tok, &lm.manifest().id)?;
+        let (mut router, tau) = build_router(&args.cloud, lm, tok)?;
+        let router_name = router.name().to_string();
+        let config = link_config(&args.cloud, tok, &lm.manifest().id)?;
         let gateway = config.gateway.clone();
         let link = Link::start(config)?;
         let service = match link.wait_up(Duration::from_millis(args.cloud.connect_wait_ms)).await {
@@ -82,8 +103,7 @@ pub fn run(args: &GenerateArgs, lm: &mut CausalLm, tok: &Tokenizer, cache: &mut 
                 Duration::ZERO
             }
         };
-        let mut router = ConfidenceRouter;
-        let params = RoutedParams { max_new_tokens: args.max_new_tokens, tau: args.cloud.tau, sampling, session_id: next_session_id(), presync: !args.cloud.no_presync };
+        let params = RoutedParams { max_new_tokens: args.max_new_tokens, tau, sampling, session_id: next_session_id(), presync: !args.cloud.no_presync };
         let policy = DeadlinePolicy {
             min: Duration::from_millis(args.cloud.deadline_min_ms),
             max: Duration::from_millis(args.cloud.deadline_max_ms.max(args.cloud.deadline_min_ms)),
@@ -91,7 +111,7 @@ pub fn run(args: &GenerateArgs, lm: &mut CausalLm, tok: &Tokenizer, cache: &mut 
             ..DeadlinePolicy::default()
         };
         let health = LinkHealth::new(policy, service);
-        let mut session = RoutedSession::new(Some(&link), &mut router, health, params);
+        let mut session = RoutedSession::new(Some(&link), router.as_mut(), health, params);
         let color = match args.cloud.color.as_str() {
             "always" => true,
             "never" => false,
@@ -137,8 +157,8 @@ pub fn run(args: &GenerateArgs, lm: &mut CausalLm, tok: &Tokenizer, cache: &mut 
             let report = RoutedReport {
                 model: &lm.manifest().id,
                 gateway: args.cloud.gateway.as_deref().unwrap_or_default(),
-                router: "confidence",
-                tau: args.cloud.tau,
+                router: &router_name,
+                tau,
                 text: tok.decode(&ids)?,
                 token_ids: ids,
                 sources,

@@ -1,9 +1,12 @@
 //! Routing policies: how confident is the SLM that its own token is good enough?
 //!
 //! `confidence` follows the seed's and CITER's convention: 1 means keep the SLM's token. A
-//! token is escalated when `confidence < tau`. The trained MLP router of a later issue plugs
+//! token is escalated when `confidence < tau`. The trained MLP router ([`MlpRouter`]) plugs
 //! in behind the same trait.
 
+use std::path::Path;
+
+use common::router_model::{MlpRouterModel, RouterFileError};
 use common::sampling::DistributionStats;
 
 /// What a router sees at each step.
@@ -33,6 +36,36 @@ impl Router for ConfidenceRouter {
     }
     fn confidence(&mut self, input: &RouterInput<'_>) -> f32 {
         input.stats.top_prob
+    }
+}
+
+/// The trained router: an MLP over the SLM's hidden state, top probability and entropy,
+/// loaded from a router file that must match the running SLM.
+#[derive(Debug, Clone)]
+pub struct MlpRouter {
+    model: MlpRouterModel,
+}
+
+impl MlpRouter {
+    /// Load `path` and refuse it unless it was trained for this SLM, tokenizer and feature width.
+    pub fn load(path: &Path, slm_id: &str, tokenizer_fingerprint: &str, hidden_size: usize) -> Result<Self, RouterFileError> {
+        let model = MlpRouterModel::load(path)?;
+        model.check_compatible(path, slm_id, tokenizer_fingerprint, hidden_size)?;
+        Ok(Self { model })
+    }
+
+    /// The loaded model (metadata and calibration tables).
+    pub fn model(&self) -> &MlpRouterModel {
+        &self.model
+    }
+}
+
+impl Router for MlpRouter {
+    fn name(&self) -> &str {
+        "mlp"
+    }
+    fn confidence(&mut self, input: &RouterInput<'_>) -> f32 {
+        self.model.confidence(input.hidden, input.stats.top_prob, input.stats.entropy)
     }
 }
 
