@@ -30,6 +30,22 @@ pub struct BenchArgs {
     /// Repetitions (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
+    /// Also time a trained router file's scoring (features + MLP), the per-token work it adds
+    /// to an SLM step, and report it as a share of the step at the smallest context.
+    #[arg(long, env = "DUET_ROUTER")]
+    pub router: Option<std::path::PathBuf>,
+}
+
+#[derive(Serialize)]
+struct RouterCost {
+    file: String,
+    /// Median time of one scoring call (distribution stats are computed by the decode loop
+    /// anyway, so this is only the MLP and feature assembly).
+    score_us: f64,
+    /// The same with the distribution statistics (top probability, entropy) included.
+    score_with_stats_us: f64,
+    /// score_with_stats_us over one SLM decode step at the smallest context.
+    share_of_step: f64,
 }
 
 #[derive(Serialize)]
@@ -50,6 +66,38 @@ struct Report {
     /// ms/token at the largest context over ms/token at the smallest.
     context_growth_ratio: f64,
     peak_rss_mib: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    router: Option<RouterCost>,
+}
+
+/// Median microseconds of router scoring on real SLM outputs.
+fn time_router(path: &std::path::Path, lm: &mut CausalLm, tok: &common::tokenizer::Tokenizer, cache: &mut KvCache, step_ms: f64) -> anyhow::Result<RouterCost> {
+    let m = lm.manifest().clone();
+    let mut router = edge_node::router::MlpRouter::load(path, &m.id, tok.fingerprint(), m.hidden_size)?;
+    cache.clear();
+    let out = lm.forward(cache, &filler(tok, 64)?)?;
+    let dist = common::sampling::distribution_stats(&out.logits)?;
+    let input = edge_node::router::RouterInput { hidden: &out.hidden, stats: &dist };
+    use edge_node::router::Router;
+    let n = 2000;
+    let mut sink = 0.0f32;
+    let (mut plain, mut with_stats) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        let t = Instant::now();
+        for _ in 0..n {
+            sink += router.confidence(std::hint::black_box(&input));
+        }
+        plain.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);
+        let t = Instant::now();
+        for _ in 0..n / 10 {
+            let d = common::sampling::distribution_stats(std::hint::black_box(&out.logits))?;
+            sink += router.confidence(&edge_node::router::RouterInput { hidden: &out.hidden, stats: &d });
+        }
+        with_stats.push(t.elapsed().as_secs_f64() * 1e6 / (n / 10) as f64);
+    }
+    std::hint::black_box(sink);
+    let with = median(with_stats);
+    Ok(RouterCost { file: path.display().to_string(), score_us: median(plain), score_with_stats_us: with, share_of_step: with / 1e3 / step_ms })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -109,6 +157,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         decode.push(DecodeAt { context: ctx, ms_per_token: ms, tokens_per_s: 1e3 / ms });
     }
     let first = decode.first().map(|d| d.ms_per_token).unwrap_or(1.0);
+    let router = match &args.router {
+        Some(p) => Some(time_router(p, &mut lm, &tok, &mut cache, first)?),
+        None => None,
+    };
     let last = decode.last().map(|d| d.ms_per_token).unwrap_or(1.0);
     let threads = if args.model.threads == 0 { std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) } else { args.model.threads };
     let report = Report {
@@ -120,6 +172,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         decode,
         context_growth_ratio: last / first,
         peak_rss_mib: peak_rss_mib(),
+        router,
     };
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())

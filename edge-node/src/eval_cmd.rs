@@ -270,7 +270,7 @@ fn run_served(args: &EvalArgs, items: &[Item]) -> anyhow::Result<()> {
     let mut totals = RoutedStats::default();
     rt.block_on(async {
         let link = Link::start(link_config(&args.cloud, &tok, &lm.manifest().id)?)?;
-        let Some(conn) = link.wait_up(Duration::from_millis(args.cloud.connect_wait_ms.max(10_000))).await else {
+        let Some(conn) = link.wait_up(Duration::from_millis(args.cloud.connect_wait_ms.max(60_000))).await else {
             bail!("gateway {:?} not reachable", args.cloud.gateway);
         };
         let service = Duration::from_millis(conn.limits.service_time_ms as u64);

@@ -14,7 +14,7 @@ use candle_nn::{Module, Optimizer, VarBuilder, VarMap};
 use clap::Args;
 use common::router_model::{feature_width, features_into, Calibration, MlpRouterModel, MlpWeights, RouterMeta, FEATURE_SPEC, FORMAT_VERSION};
 use rand::seq::SliceRandom;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::labels_cmd::default_labels_path;
@@ -33,7 +33,7 @@ pub struct TrainArgs {
     #[arg(long, env = "DUET_ROUTER_HIDDEN", default_value_t = 128)]
     pub hidden: usize,
     /// Passes over the training positions.
-    #[arg(long, env = "DUET_EPOCHS", default_value_t = 40)]
+    #[arg(long, env = "DUET_EPOCHS", default_value_t = 20)]
     pub epochs: usize,
     /// Learning rate (AdamW).
     #[arg(long, env = "DUET_LR", default_value_t = 1e-3)]
@@ -42,7 +42,7 @@ pub struct TrainArgs {
     #[arg(long, env = "DUET_WEIGHT_DECAY", default_value_t = 1e-2)]
     pub weight_decay: f64,
     /// Dropout on the hidden layer while training.
-    #[arg(long, env = "DUET_DROPOUT", default_value_t = 0.2)]
+    #[arg(long, env = "DUET_DROPOUT", default_value_t = 0.2, value_parser = parse_dropout)]
     pub dropout: f32,
     /// Percentage of items held out for model selection and tau calibration.
     #[arg(long, env = "DUET_HOLDOUT_PCT", default_value_t = 20, value_parser = clap::value_parser!(u8).range(5..=50))]
@@ -50,6 +50,15 @@ pub struct TrainArgs {
     /// Seed for initialisation and shuffling.
     #[arg(long, env = "DUET_SEED", default_value_t = 7)]
     pub seed: u64,
+}
+
+fn parse_dropout(s: &str) -> Result<f32, String> {
+    let v: f32 = s.parse().map_err(|e| format!("`{s}`: {e}"))?;
+    if (0.0..0.95).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v} is outside [0, 0.95)"))
+    }
 }
 
 /// Default router path for an SLM.
@@ -191,14 +200,28 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let yho = Tensor::from_vec(ho.y.clone(), (m, 1), &Device::Cpu)?;
 
     let dev = Device::Cpu;
-    dev.set_seed(args.seed)?;
     let varmap = VarMap::new();
     let vb = VarBuilder::from_varmap(&varmap, DType::F32, &dev);
     let l1 = candle_nn::linear(width, args.hidden, vb.pp("l1"))?;
     let l2 = candle_nn::linear(args.hidden, 1, vb.pp("l2"))?;
+    // candle's CPU generator cannot be seeded: initialise (and drop out) from our own seeded
+    // RNG so that a training run is reproducible.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+    {
+        let vars = varmap.data().lock().map_err(|_| anyhow::anyhow!("varmap lock poisoned"))?;
+        let mut names: Vec<&String> = vars.keys().collect();
+        names.sort();
+        for name in names {
+            let var = &vars[name];
+            let dims = var.dims().to_vec();
+            let fan_in = if name.starts_with("l1") { width } else { args.hidden };
+            let bound = 1.0 / (fan_in as f32).sqrt();
+            let values: Vec<f32> = (0..var.elem_count()).map(|_| rng.random_range(-bound..bound)).collect();
+            var.set(&Tensor::from_vec(values, dims, &dev)?)?;
+        }
+    }
     let params = candle_nn::ParamsAdamW { lr: args.lr, weight_decay: args.weight_decay, ..Default::default() };
     let mut opt = candle_nn::AdamW::new(varmap.all_vars(), params)?;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let mut order: Vec<usize> = (0..n).collect();
     let batch = 256usize;
     let mut best: Option<(f64, usize, f64, MlpWeights)> = None;
@@ -215,7 +238,13 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             let xs = Tensor::from_vec(xb, (idx.len(), width), &dev)?;
             let ys = Tensor::from_vec(yb, (idx.len(), 1), &dev)?;
             let hidden = l1.forward(&xs)?.relu()?;
-            let hidden = if args.dropout > 0.0 { candle_nn::ops::dropout(&hidden, args.dropout)? } else { hidden };
+            let hidden = if args.dropout > 0.0 {
+                let keep = 1.0 - args.dropout;
+                let mask: Vec<f32> = (0..idx.len() * args.hidden).map(|_| if rng.random::<f32>() < keep { 1.0 / keep } else { 0.0 }).collect();
+                (hidden * Tensor::from_vec(mask, (idx.len(), args.hidden), &dev)?)?
+            } else {
+                hidden
+            };
             let loss = bce_with_logits(&l2.forward(&hidden)?, &ys)?;
             opt.backward_step(&loss)?;
             total += loss.to_scalar::<f32>()? as f64 * idx.len() as f64;
