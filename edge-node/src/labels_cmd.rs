@@ -2,6 +2,8 @@
 //! thought and store, per position, the SLM's features and both models' greedy tokens (the
 //! CITER shortcut labels follow from those; see `labels_file`).
 //!
+//! With `--on-policy` it labels the SLM's own answers by roll-outs instead (see the flag).
+//!
 //! Items run in lockstep batches so each decode step of a model is one batched call; the
 //! ONNX graphs give logits for the last position only, so teacher forcing is a decode step per
 //! position rather than one prefill.
@@ -33,6 +35,17 @@ pub struct LabelsArgs {
     /// Output file (appended to and resumed); default $DUET_HOME/router/labels-<slm>.bin.
     #[arg(long, env = "DUET_LABELS")]
     pub out: Option<PathBuf>,
+    /// Skip the first N items of the file (so that label sets and calibration prompts can
+    /// take disjoint ranges).
+    #[arg(long, env = "DUET_OFFSET", default_value_t = 0)]
+    pub offset: usize,
+    /// On-policy roll-out labels instead of teacher forcing: the SLM answers the prompt itself;
+    /// at each position where the LLM's greedy token differs from the SLM's, the SLM continues
+    /// from the LLM's token to the end of the answer. Label 0 (escalate) where that roll-out's
+    /// answer is right and the SLM's own is wrong, 1 otherwise (ties go to the SLM, as in
+    /// CITER). Default file: $DUET_HOME/router/labels-onpolicy-<slm>.bin.
+    #[arg(long, env = "DUET_ON_POLICY")]
+    pub on_policy: bool,
     /// Items per lockstep batch.
     #[arg(long, env = "DUET_BATCH", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub batch: u16,
@@ -57,7 +70,7 @@ pub fn run(args: LabelsArgs) -> anyhow::Result<()> {
     let items = read_dataset(&args.data, None)?;
     let mut pair = args.pair.load(4096)?;
     let slm_id = pair.slm.manifest().id.clone();
-    let out = args.out.clone().unwrap_or_else(|| default_labels_path(&slm_id));
+    let out = args.out.clone().unwrap_or_else(|| if args.on_policy { default_on_policy_path(&slm_id) } else { default_labels_path(&slm_id) });
     let header = LabelsHeader {
         format: LABELS_FORMAT,
         slm_id: slm_id.clone(),
@@ -68,13 +81,30 @@ pub fn run(args: LabelsArgs) -> anyhow::Result<()> {
     };
     let (mut writer, done) = LabelsWriter::open(&out, &header)?;
     let done: std::collections::HashSet<String> = done.into_iter().collect();
-    let with_cot: Vec<_> = items.into_iter().filter(|i| i.prompt.is_some() && i.cot.is_some()).collect();
-    let selected: Vec<_> = with_cot.into_iter().take(args.limit.unwrap_or(usize::MAX)).collect();
+    let usable: Vec<_> = items.into_iter().filter(|i| i.prompt.is_some() && (args.on_policy || i.cot.is_some())).collect();
+    let selected: Vec<_> = usable.into_iter().skip(args.offset).take(args.limit.unwrap_or(usize::MAX)).collect();
     let todo: Vec<_> = selected.iter().filter(|i| !done.contains(&i.id)).collect();
     eprintln!("labels -> {} ({} items selected, {} already done, {} to go)", out.display(), selected.len(), selected.len() - todo.len(), todo.len());
     let bar = progress(selected.len() as u64, "labels");
     bar.set_position((selected.len() - todo.len()) as u64);
     let end = *pair.slm.stop_tokens().first().context("the SLM has no stop token")?;
+    if args.on_policy {
+        let (mut positions, mut zeros) = (0usize, 0usize);
+        for item in &todo {
+            let labelled = rollout_labels(&mut pair, item)?;
+            positions += labelled.positions.len();
+            zeros += labelled.positions.iter().filter(|p| p.label() == Some(0.0)).count();
+            writer.append(&labelled)?;
+            bar.inc(1);
+            bar.set_prefix(format!("{positions} positions, {zeros} escalation helps"));
+            if bar.is_hidden() && bar.position() % 10 == 0 {
+                eprintln!("labels: {}/{} items, {positions} positions ({zeros} label 0)", bar.position(), selected.len());
+            }
+        }
+        bar.finish();
+        eprintln!("done: {} ({positions} new positions, {zeros} where escalating fixes the answer)", out.display());
+        return Ok(());
+    }
     let (mut positions, mut zeros, mut dropped) = (0usize, 0usize, 0usize);
     for chunk in todo.chunks(args.batch as usize) {
         let mut rows = Vec::with_capacity(chunk.len());
@@ -110,6 +140,81 @@ pub fn run(args: LabelsArgs) -> anyhow::Result<()> {
     bar.finish();
     eprintln!("done: {} ({positions} new positions, {zeros} labelled 0, {dropped} dropped as both-wrong)", out.display());
     Ok(())
+}
+
+/// Default on-policy labels path for an SLM.
+pub fn default_on_policy_path(slm_id: &str) -> PathBuf {
+    duet_home().join("router").join(format!("labels-onpolicy-{slm_id}.bin"))
+}
+
+const MAX_ANSWER_TOKENS: usize = 96;
+
+/// Greedy SLM continuation of `cache` (whose last output is `out`) until a stop token, the end
+/// of the answer line, or the answer budget; returns the generated tokens after `prefix`.
+fn slm_continue(lm: &mut CausalLm, tok: &common::tokenizer::Tokenizer, cache: &mut KvCache, mut out: StepOutput, prefix: &[u32]) -> anyhow::Result<Vec<u32>> {
+    let stop = lm.stop_tokens().to_vec();
+    let mut generated = prefix.to_vec();
+    while generated.len() < MAX_ANSWER_TOKENS && cache.len() < cache.capacity() {
+        let t = argmax(&out.logits).map(|(i, _)| i).context("SLM produced no logits")?;
+        generated.push(t);
+        if stop.contains(&t) || crate::eval_item::answer_line_done(&tok.decode(&generated)?) {
+            break;
+        }
+        out = lm.forward(cache, &[t])?;
+    }
+    Ok(generated)
+}
+
+/// On-policy labels for one item (see `--on-policy`). The positions' `reference` is the token
+/// the roll-outs prefer: the LLM's where escalating fixes the answer, else the SLM's.
+fn rollout_labels(pair: &mut crate::cqa_args::Pair, item: &common::cqa::Item) -> anyhow::Result<LabelledItem> {
+    let text = item.prompt.clone().unwrap_or_else(|| common::cqa::prompt_for(&item.question, &item.choices));
+    let prompt = pair.tok.encode(&render_user(&text))?;
+    let cap = prompt.len() + 2 * MAX_ANSWER_TOKENS;
+    let stop = pair.slm.stop_tokens().to_vec();
+    // The SLM's own answer, with its features at every position.
+    let mut slm_cache = pair.slm.new_cache(Some(cap))?;
+    let mut out = pair.slm.forward(&mut slm_cache, &prompt)?;
+    let mut generated: Vec<u32> = Vec::new();
+    let mut feats = Vec::new();
+    loop {
+        let dist = distribution_stats(&out.logits)?;
+        feats.push((dist, LabelledPosition::encode_hidden(&out.hidden)));
+        generated.push(dist.argmax);
+        if generated.len() >= MAX_ANSWER_TOKENS || stop.contains(&dist.argmax) || crate::eval_item::answer_line_done(&pair.tok.decode(&generated)?) {
+            break;
+        }
+        out = pair.slm.forward(&mut slm_cache, &[dist.argmax])?;
+    }
+    let correct = |ids: &[u32]| -> anyhow::Result<bool> {
+        Ok(common::cqa::extract_answer(&pair.tok.decode(ids)?, &item.choices).as_deref() == Some(item.answer_key.as_str()))
+    };
+    let slm_correct = correct(&generated)?;
+    // The LLM's greedy token at each position of that answer.
+    let mut llm_cache = pair.llm.new_cache(Some(cap))?;
+    let mut llm_out = pair.llm.forward(&mut llm_cache, &prompt)?;
+    let mut positions = Vec::with_capacity(generated.len());
+    for (t, (dist, hidden)) in feats.into_iter().enumerate() {
+        let llm = argmax(&llm_out.logits).map(|(i, _)| i).context("LLM produced no logits")?;
+        let slm = generated[t];
+        let mut reference = slm;
+        if llm != slm && !slm_correct {
+            // Roll out: the SLM continues from the LLM's token.
+            slm_cache.truncate(prompt.len() + t);
+            let out = pair.slm.forward(&mut slm_cache, &[llm])?;
+            let mut prefix = generated[..t].to_vec();
+            prefix.push(llm);
+            let rolled = if stop.contains(&llm) { prefix } else { slm_continue(&mut pair.slm, &pair.tok, &mut slm_cache, out, &prefix)? };
+            if correct(&rolled)? {
+                reference = llm;
+            }
+        }
+        positions.push(LabelledPosition { reference, slm, llm, top_prob: dist.top_prob, entropy: dist.entropy, hidden_f16: hidden });
+        if t + 1 < generated.len() {
+            llm_out = pair.llm.forward(&mut llm_cache, &[slm])?;
+        }
+    }
+    Ok(LabelledItem { id: item.id.clone(), positions })
 }
 
 /// Teacher-force every row's target through both models, recording each position.

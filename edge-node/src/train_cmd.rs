@@ -23,9 +23,10 @@ use crate::labels_file::{LabelledItem, LabelsFile};
 /// Options of `edge-node router-train`.
 #[derive(Debug, Args)]
 pub struct TrainArgs {
-    /// Labels file from `router-labels` (default: the default SLM's).
-    #[arg(long, env = "DUET_LABELS")]
-    pub labels: Option<PathBuf>,
+    /// Labels files from `router-labels`, comma separated (default: the default SLM's
+    /// teacher-forced labels, plus its on-policy roll-out labels when they exist).
+    #[arg(long, env = "DUET_LABELS", value_delimiter = ',')]
+    pub labels: Vec<PathBuf>,
     /// Router file to write; default $DUET_HOME/router/<slm>.router.safetensors.
     #[arg(long, env = "DUET_ROUTER")]
     pub out: Option<PathBuf>,
@@ -47,6 +48,15 @@ pub struct TrainArgs {
     /// Percentage of items held out for model selection and tau calibration.
     #[arg(long, env = "DUET_HOLDOUT_PCT", default_value_t = 20, value_parser = clap::value_parser!(u8).range(5..=50))]
     pub holdout_pct: u8,
+    /// Calibrate tau on the SLM's own greedy answers to this many training prompts (the last
+    /// items of --calibration-data, skipping any that were labelled), i.e. on the token
+    /// distribution the router meets at run time; 0 calibrates on the held-out teacher-forced
+    /// positions instead.
+    #[arg(long, env = "DUET_CALIBRATION_ITEMS", default_value_t = 200)]
+    pub calibration_items: usize,
+    /// Prompts for on-policy calibration.
+    #[arg(long, env = "DUET_CALIBRATION_DATA", default_value = "deploy/data/commonsense_qa/train_router.jsonl")]
+    pub calibration_data: PathBuf,
     /// Seed for initialisation and shuffling.
     #[arg(long, env = "DUET_SEED", default_value_t = 7)]
     pub seed: u64,
@@ -162,8 +172,24 @@ fn bce_with_logits(z: &Tensor, y: &Tensor) -> candle_core::Result<Tensor> {
 
 /// Run it.
 pub fn run(args: TrainArgs) -> anyhow::Result<()> {
-    let labels_path = args.labels.clone().unwrap_or_else(|| default_labels_path(common::model_files::DEFAULT_SLM));
-    let file = LabelsFile::read(&labels_path)?;
+    let paths = if args.labels.is_empty() {
+        let slm = common::model_files::DEFAULT_SLM;
+        let mut v = vec![default_labels_path(slm)];
+        v.extend(Some(crate::labels_cmd::default_on_policy_path(slm)).filter(|p| p.exists()));
+        v
+    } else {
+        args.labels.clone()
+    };
+    let mut files = paths.iter().map(|p| LabelsFile::read(p)).collect::<anyhow::Result<Vec<_>>>()?;
+    let mut file = files.remove(0);
+    for (other, path) in files.into_iter().zip(&paths[1..]) {
+        let (a, b) = (&file.header, &other.header);
+        if (&a.slm_id, &a.tokenizer_fingerprint, &a.feature_spec, a.hidden_size) != (&b.slm_id, &b.tokenizer_fingerprint, &b.feature_spec, b.hidden_size) {
+            bail!("{} was labelled for another SLM or feature layout than {}", path.display(), paths[0].display());
+        }
+        file.items.extend(other.items);
+    }
+    let labels_path = PathBuf::from(paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(","));
     let h = &file.header;
     let width = feature_width(h.hidden_size);
     let (holdout, train): (Vec<&LabelledItem>, Vec<&LabelledItem>) = file.items.iter().partition(|i| held_out(&i.id, args.holdout_pct));
@@ -264,7 +290,6 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     }
     let (best_auc, best_epoch, best_bce, weights) = best.context("no epochs were run (--epochs 0)")?;
 
-    // Calibrate on every held-out position with the model as the edge will run it.
     let report = TrainingReport {
         labels_file: labels_path.display().to_string(),
         llm_id: h.llm_id.clone(),
@@ -300,8 +325,25 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         training: serde_json::to_value(&report)?,
     };
     let mut model = MlpRouterModel::new(meta.clone(), weights)?;
-    let confidences: Vec<f32> = all.x.chunks_exact(width).map(|f| model.confidence(&f[..width - 2], f[width - 2], f[width - 1])).collect();
-    let meta = RouterMeta { calibration: Calibration::from_confidences(&confidences, &Calibration::default_rates()), ..meta };
+    // Calibrate with the model exactly as the edge runs it.
+    let (confidences, top_probs, source) = if args.calibration_items > 0 {
+        let labelled: std::collections::HashSet<&str> = file.items.iter().map(|i| i.id.as_str()).collect();
+        let (c, t, items) = on_policy_scores(&h.slm_id, &args.calibration_data, args.calibration_items, &labelled, &mut model)?;
+        (c, t, format!("SLM greedy answers to {items} training prompts not used for labels ({})", args.calibration_data.display()))
+    } else {
+        let c = all.x.chunks_exact(width).map(|f| model.confidence(&f[..width - 2], f[width - 2], f[width - 1])).collect();
+        (c, all.top_prob.clone(), "teacher-forced held-out positions".to_string())
+    };
+    eprintln!("calibrated on {} positions: {source}", confidences.len());
+    let mut training = meta.training.clone();
+    training["calibration_source"] = serde_json::Value::String(source);
+    training["calibration_positions"] = confidences.len().into();
+    let meta = RouterMeta {
+        calibration: Calibration::from_confidences(&confidences, &Calibration::default_rates()),
+        confidence_calibration: Calibration::from_confidences(&top_probs, &Calibration::default_rates()),
+        training,
+        ..meta
+    };
     let model = MlpRouterModel::new(meta, model.weights().clone())?;
     let out = args.out.clone().unwrap_or_else(|| default_router_path(&h.slm_id));
     model.save(&out)?;
@@ -309,6 +351,48 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let tau7 = model.meta().calibration.tau_for_rate(0.07)?;
     eprintln!("router -> {} (held-out AUC {:.4} vs top-prob {:.4}; tau for 7 % escalation: {tau7:.4})", out.display(), best_auc, report.holdout_auc_top_prob);
     Ok(())
+}
+
+/// Router confidences and top probabilities at every position of the SLM's own greedy
+/// answers (same prompt format and stop rule as the evaluation) to up to `n` prompts taken
+/// from the end of `data`, skipping labelled ones.
+fn on_policy_scores(
+    slm_id: &str,
+    data: &PathBuf,
+    n: usize,
+    skip: &std::collections::HashSet<&str>,
+    model: &mut MlpRouterModel,
+) -> anyhow::Result<(Vec<f32>, Vec<f32>, usize)> {
+    use common::runtime::{CausalLm, LmOptions};
+    let files = common::model_files::ModelFiles::locate(slm_id)?;
+    let tok = common::tokenizer::Tokenizer::load(&files.tokenizer, Some(&files.manifest.tokenizer_fingerprint))?;
+    let mut lm = CausalLm::load(files, &LmOptions { threads: 0, max_context: 1024 })?;
+    let items = crate::cqa_args::read_dataset(data, None)?;
+    let chosen: Vec<_> = items.iter().rev().filter(|i| !skip.contains(i.id.as_str())).take(n).collect();
+    let stop = lm.stop_tokens().to_vec();
+    let mut cache = lm.new_cache(Some(1024))?;
+    let (mut conf, mut top) = (Vec::new(), Vec::new());
+    let bar = crate::cqa_args::progress(chosen.len() as u64, "calibrate");
+    for item in &chosen {
+        let text = item.prompt.clone().unwrap_or_else(|| common::cqa::prompt_for(&item.question, &item.choices));
+        let prompt = tok.encode(&common::chat::render_user(&text))?;
+        cache.clear();
+        let mut out = lm.forward(&mut cache, &prompt)?;
+        let mut generated = Vec::new();
+        while generated.len() < 96 {
+            let dist = common::sampling::distribution_stats(&out.logits)?;
+            conf.push(model.confidence(&out.hidden, dist.top_prob, dist.entropy));
+            top.push(dist.top_prob);
+            generated.push(dist.argmax);
+            if stop.contains(&dist.argmax) || crate::eval_item::answer_line_done(&tok.decode(&generated)?) {
+                break;
+            }
+            lm.forward_into(&mut cache, &[dist.argmax], &mut out)?;
+        }
+        bar.inc(1);
+    }
+    bar.finish();
+    Ok((conf, top, chosen.len()))
 }
 
 #[cfg(test)]

@@ -38,8 +38,17 @@ fn label_train_evaluate_and_serve() {
     let again = ok(edge_node(&["router-labels", "--data", &data("train_router.jsonl"), "--limit", "8", "--out", &labels_s]));
     assert!(String::from_utf8_lossy(&again.stderr).contains("8 already done, 0 to go"), "{}", String::from_utf8_lossy(&again.stderr));
 
-    // Training writes a router file with calibration tables and a held-out report.
-    let out = ok(edge_node(&["router-train", "--labels", &labels_s, "--out", &router_s, "--epochs", "3", "--holdout-pct", "50", "--hidden", "16"]));
+    // On-policy roll-out labels for two more items (the SLM's own answers).
+    let onpolicy = dir.path().join("onpolicy.bin");
+    let onpolicy_s = onpolicy.display().to_string();
+    ok(edge_node(&["router-labels", "--on-policy", "--data", &data("train_router.jsonl"), "--offset", "8", "--limit", "2", "--out", &onpolicy_s]));
+
+    // Training on both writes a router file with calibration tables and a held-out report.
+    let both = format!("{labels_s},{onpolicy_s}");
+    let out = ok(edge_node(&[
+        "router-train", "--labels", &both, "--out", &router_s, "--epochs", "3", "--holdout-pct", "50", "--hidden", "16", "--calibration-items", "3",
+        "--calibration-data", &data("train_router.jsonl"),
+    ]));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(report["train_positions"].as_u64().unwrap() > 50, "{report}");
     assert!(report["holdout_auc_mlp"].as_f64().unwrap().is_finite(), "{report}");
