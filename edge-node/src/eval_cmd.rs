@@ -56,6 +56,11 @@ pub struct EvalArgs {
     /// Output directory (resumed when it holds a run of the same configuration).
     #[arg(long, env = "DUET_EVAL_OUT")]
     pub out: PathBuf,
+    /// Take outcomes of runs with the same name from another in-process results directory made
+    /// with the same models, router file and settings (e.g. the full-set run reuses the items
+    /// a sweep already evaluated) instead of computing them again.
+    #[arg(long, env = "DUET_EVAL_REUSE")]
+    pub reuse: Option<PathBuf>,
     /// Routing flags as for `generate`: --router FILE is the trained router; with --gateway the
     /// served system is evaluated at --escalation-rate (or --tau) instead of the in-process sweep.
     #[command(flatten)]
@@ -97,6 +102,10 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     let (mut records, mut out) = open_results(&args.out, &config)?;
     let selected: HashSet<&str> = items.iter().map(|i| i.id.as_str()).collect();
     records.retain(|r| selected.contains(r.id.as_str()));
+    if let Some(dir) = &args.reuse {
+        let taken = reuse_from(dir, &config, &items, &names, &mut records, &mut out)?;
+        eprintln!("reused {taken} items from {}", dir.display());
+    }
     let done: HashSet<String> = records.iter().map(|r| r.id.clone()).collect();
     let capacity = 512.max(args.max_new_tokens + 256);
     let mut eval = ItemEvaluator::new(&mut pair.slm, &mut pair.llm, &pair.tok, router.as_mut(), capacity, args.max_new_tokens)?;
@@ -146,6 +155,59 @@ fn outcome(tok: &Tokenizer, item: &Item, run: String, ids: &[u32], escalated: us
     let text = tok.decode(ids)?;
     let answer = extract_answer(&text, &item.choices);
     Ok(RunOutcome { run, correct: answer.as_deref() == Some(item.answer_key.as_str()), answer, tokens: ids.len(), escalated, text })
+}
+
+/// Copy finished items from `dir` whose runs cover ours; returns how many were taken.
+fn reuse_from(
+    dir: &Path,
+    config: &serde_json::Value,
+    items: &[Item],
+    names: &[(String, String, f32)],
+    records: &mut Vec<ItemRecord>,
+    out: &mut std::fs::File,
+) -> anyhow::Result<usize> {
+    let theirs: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).with_context(|| format!("{}/config.json", dir.display()))?)?;
+    for key in ["mode", "slm", "llm", "router", "router_training", "data", "max_new_tokens", "answer_rule", "stop_rule"] {
+        if theirs.get(key) != config.get(key) {
+            bail!("--reuse {}: its `{key}` differs from this run's; its results cannot stand in for these", dir.display());
+        }
+    }
+    let (found, _) = open_results_read(dir)?;
+    let done: HashSet<String> = records.iter().map(|r| r.id.clone()).collect();
+    let wanted: HashSet<&str> = items.iter().map(|i| i.id.as_str()).collect();
+    let mut taken = 0;
+    for rec in found {
+        if done.contains(&rec.id) || !wanted.contains(rec.id.as_str()) {
+            continue;
+        }
+        let runs: Vec<RunOutcome> = names.iter().filter_map(|(n, _, _)| rec.runs.iter().find(|o| &o.run == n).cloned()).collect();
+        if runs.len() == names.len() {
+            let rec = ItemRecord { id: rec.id, answer_key: rec.answer_key, runs };
+            append(out, &rec)?;
+            records.push(rec);
+            taken += 1;
+        }
+    }
+    Ok(taken)
+}
+
+/// The records of a results directory (read-only).
+fn open_results_read(dir: &Path) -> anyhow::Result<(Vec<ItemRecord>, u64)> {
+    let mut records = Vec::new();
+    let mut valid = 0u64;
+    if let Ok(f) = std::fs::File::open(dir.join("items.jsonl")) {
+        for line in std::io::BufReader::new(f).lines() {
+            let line = line?;
+            match serde_json::from_str::<ItemRecord>(&line) {
+                Ok(r) => {
+                    valid += line.len() as u64 + 1;
+                    records.push(r);
+                }
+                Err(_) => break, // a torn last line from a killed run
+            }
+        }
+    }
+    Ok((records, valid))
 }
 
 /// The runs of the sweep, from the policies and rates asked for.
@@ -199,20 +261,7 @@ fn open_results(dir: &Path, config: &serde_json::Value) -> anyhow::Result<(Vec<I
     } else {
         std::fs::write(&config_path, serde_json::to_string_pretty(config)?)?;
     }
-    let mut records = Vec::new();
-    let mut valid = 0u64;
-    if let Ok(f) = std::fs::File::open(&items_path) {
-        for line in std::io::BufReader::new(f).lines() {
-            let line = line?;
-            match serde_json::from_str::<ItemRecord>(&line) {
-                Ok(r) => {
-                    valid += line.len() as u64 + 1;
-                    records.push(r);
-                }
-                Err(_) => break, // a torn last line from a killed run
-            }
-        }
-    }
+    let (records, valid) = open_results_read(dir)?;
     let file = std::fs::OpenOptions::new().create(true).append(true).open(&items_path)?;
     file.set_len(valid)?;
     Ok((records, file))

@@ -23,10 +23,18 @@ use crate::labels_file::{LabelledItem, LabelsFile};
 /// Options of `edge-node router-train`.
 #[derive(Debug, Args)]
 pub struct TrainArgs {
-    /// Labels files from `router-labels`, comma separated (default: the default SLM's
-    /// teacher-forced labels, plus its on-policy roll-out labels when they exist).
+    /// Teacher-forced (CITER shortcut) labels files from `router-labels`, comma separated
+    /// (default: the default SLM's, when present).
     #[arg(long, env = "DUET_LABELS", value_delimiter = ',')]
     pub labels: Vec<PathBuf>,
+    /// On-policy roll-out labels files from `router-labels --on-policy` (default: the default
+    /// SLM's, when present). Held-out AUC on these selects the epoch when there are any,
+    /// because they follow the token distribution the router meets at run time.
+    #[arg(long, env = "DUET_ON_POLICY_LABELS", value_delimiter = ',')]
+    pub on_policy_labels: Vec<PathBuf>,
+    /// Each on-policy training position counts this many times (they are few and on target).
+    #[arg(long, env = "DUET_ON_POLICY_WEIGHT", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub on_policy_weight: u32,
     /// Router file to write; default $DUET_HOME/router/<slm>.router.safetensors.
     #[arg(long, env = "DUET_ROUTER")]
     pub out: Option<PathBuf>,
@@ -113,6 +121,10 @@ struct TrainingReport {
     labels_file: String,
     llm_id: String,
     items: usize,
+    teacher_forced_items: usize,
+    on_policy_items: usize,
+    on_policy_weight: u32,
+    selected_on: &'static str,
     train_items: usize,
     holdout_items: usize,
     train_positions: usize,
@@ -124,6 +136,9 @@ struct TrainingReport {
     holdout_auc_mlp: f64,
     holdout_auc_top_prob: f64,
     holdout_auc_neg_entropy: f64,
+    /// The other held-out set (teacher-forced when selection was on-policy), for comparison.
+    other_holdout_auc_mlp: f64,
+    other_holdout_auc_top_prob: f64,
     holdout_bce: f64,
     hidden: usize,
     epochs: usize,
@@ -138,6 +153,14 @@ struct Rows {
     y: Vec<f32>,
     top_prob: Vec<f32>,
     entropy: Vec<f32>,
+}
+
+/// The items of `v` from one source (or both), on-policy ones repeated `repeat` times.
+fn select<'a>(v: &[(bool, &'a LabelledItem)], on_policy: Option<bool>, repeat: u32) -> Vec<&'a LabelledItem> {
+    v.iter()
+        .filter(|(o, _)| on_policy.is_none_or(|want| *o == want))
+        .flat_map(|(o, i)| std::iter::repeat_n(*i, if *o { repeat as usize } else { 1 }))
+        .collect()
 }
 
 fn rows(items: &[&LabelledItem], width: usize, labelled_only: bool) -> Rows {
@@ -172,38 +195,54 @@ fn bce_with_logits(z: &Tensor, y: &Tensor) -> candle_core::Result<Tensor> {
 
 /// Run it.
 pub fn run(args: TrainArgs) -> anyhow::Result<()> {
-    let paths = if args.labels.is_empty() {
-        let slm = common::model_files::DEFAULT_SLM;
-        let mut v = vec![default_labels_path(slm)];
-        v.extend(Some(crate::labels_cmd::default_on_policy_path(slm)).filter(|p| p.exists()));
-        v
-    } else {
-        args.labels.clone()
-    };
-    let mut files = paths.iter().map(|p| LabelsFile::read(p)).collect::<anyhow::Result<Vec<_>>>()?;
-    let mut file = files.remove(0);
-    for (other, path) in files.into_iter().zip(&paths[1..]) {
-        let (a, b) = (&file.header, &other.header);
-        if (&a.slm_id, &a.tokenizer_fingerprint, &a.feature_spec, a.hidden_size) != (&b.slm_id, &b.tokenizer_fingerprint, &b.feature_spec, b.hidden_size) {
-            bail!("{} was labelled for another SLM or feature layout than {}", path.display(), paths[0].display());
+    let slm = common::model_files::DEFAULT_SLM;
+    let or_default = |given: &Vec<PathBuf>, default: PathBuf| if given.is_empty() { vec![default].into_iter().filter(|p| p.exists()).collect() } else { given.clone() };
+    let tf_paths = or_default(&args.labels, default_labels_path(slm));
+    let op_paths = or_default(&args.on_policy_labels, crate::labels_cmd::default_on_policy_path(slm));
+    let paths: Vec<(bool, PathBuf)> = tf_paths.into_iter().map(|p| (false, p)).chain(op_paths.into_iter().map(|p| (true, p))).collect();
+    if paths.is_empty() {
+        bail!("no labels: run `edge-node router-labels` (and `--on-policy`) first, or pass --labels / --on-policy-labels");
+    }
+    let mut header: Option<crate::labels_file::LabelsHeader> = None;
+    let mut items: Vec<(bool, LabelledItem)> = Vec::new();
+    for (on_policy, path) in &paths {
+        let f = LabelsFile::read(path)?;
+        if let Some(a) = &header {
+            let b = &f.header;
+            if (&a.slm_id, &a.tokenizer_fingerprint, &a.feature_spec, a.hidden_size) != (&b.slm_id, &b.tokenizer_fingerprint, &b.feature_spec, b.hidden_size) {
+                bail!("{} was labelled for another SLM or feature layout than {}", path.display(), paths[0].1.display());
+            }
+        } else {
+            header = Some(f.header.clone());
         }
-        file.items.extend(other.items);
+        items.extend(f.items.into_iter().map(|i| (*on_policy, i)));
     }
-    let labels_path = PathBuf::from(paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(","));
-    let h = &file.header;
+    let Some(h) = header.as_ref() else { bail!("no labels files") };
+    let labels_path = PathBuf::from(paths.iter().map(|(_, p)| p.display().to_string()).collect::<Vec<_>>().join(","));
     let width = feature_width(h.hidden_size);
-    let (holdout, train): (Vec<&LabelledItem>, Vec<&LabelledItem>) = file.items.iter().partition(|i| held_out(&i.id, args.holdout_pct));
+    let (holdout, train): (Vec<(bool, &LabelledItem)>, Vec<(bool, &LabelledItem)>) =
+        items.iter().map(|(o, i)| (*o, i)).partition(|(_, i)| held_out(&i.id, args.holdout_pct));
     if train.is_empty() || holdout.is_empty() {
-        bail!("{} has {} items: too few to hold some out (label more items)", labels_path.display(), file.items.len());
+        bail!("{} has {} items: too few to hold some out (label more items)", labels_path.display(), items.len());
     }
-    let tr = rows(&train, width, true);
-    let ho = rows(&holdout, width, true);
-    let all = rows(&holdout, width, false);
+    let tr = rows(&select(&train, None, args.on_policy_weight), width, true);
+    let ho_op = rows(&select(&holdout, Some(true), 1), width, true);
+    let ho_tf = rows(&select(&holdout, Some(false), 1), width, true);
+    // Select on the run-time distribution (on-policy) when there is enough of it.
+    let selection_on_policy = ho_op.y.iter().any(|&y| y < 0.5) && ho_op.y.iter().any(|&y| y > 0.5);
+    let ho = if selection_on_policy { &ho_op } else { &ho_tf };
+    let all = rows(&select(&holdout, None, 1), width, false);
     let (n, m) = (tr.y.len(), ho.y.len());
     if n == 0 || m == 0 || tr.y.iter().all(|&y| y > 0.5) || tr.y.iter().all(|&y| y < 0.5) {
         bail!("{}: the labels need both classes in training and held-out data (train {n}, held-out {m} positions)", labels_path.display());
     }
-    eprintln!("training on {n} positions from {} items, holding out {} items ({m} labelled positions)", train.len(), holdout.len());
+    eprintln!(
+        "training on {n} positions (on-policy ones x{}) from {} items, holding out {} items; epochs selected on {m} {} positions",
+        args.on_policy_weight,
+        train.len(),
+        holdout.len(),
+        if selection_on_policy { "on-policy" } else { "teacher-forced" }
+    );
     // Standardise with training statistics.
     let mut mean = vec![0.0f64; width];
     let mut var = vec![0.0f64; width];
@@ -293,18 +332,29 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let report = TrainingReport {
         labels_file: labels_path.display().to_string(),
         llm_id: h.llm_id.clone(),
-        items: file.items.len(),
+        items: items.len(),
+        teacher_forced_items: items.iter().filter(|(o, _)| !o).count(),
+        on_policy_items: items.iter().filter(|(o, _)| *o).count(),
+        on_policy_weight: args.on_policy_weight,
+        selected_on: if selection_on_policy { "on-policy" } else { "teacher-forced" },
         train_items: train.len(),
         holdout_items: holdout.len(),
         train_positions: n,
         holdout_labelled_positions: m,
         holdout_all_positions: all.y.len(),
-        dropped_both_wrong: file.items.iter().flat_map(|i| &i.positions).filter(|p| p.label().is_none()).count(),
+        dropped_both_wrong: items.iter().flat_map(|(_, i)| &i.positions).filter(|p| p.label().is_none()).count(),
         share_label_1: tr.y.iter().filter(|&&y| y > 0.5).count() as f64 / n as f64,
         best_epoch,
         holdout_auc_mlp: best_auc,
         holdout_auc_top_prob: auc(&ho.top_prob, &ho.y),
         holdout_auc_neg_entropy: auc(&ho.entropy.iter().map(|e| -e).collect::<Vec<_>>(), &ho.y),
+        other_holdout_auc_mlp: {
+            let other = if selection_on_policy { &ho_tf } else { &ho_op };
+            let mut probe = MlpRouterModel::new(probe_meta(h, width, args.hidden), weights.clone())?;
+            let scores: Vec<f32> = other.x.chunks_exact(width).map(|f| probe.confidence(&f[..width - 2], f[width - 2], f[width - 1])).collect();
+            auc(&scores, &other.y)
+        },
+        other_holdout_auc_top_prob: auc(&(if selection_on_policy { &ho_tf } else { &ho_op }).top_prob, &(if selection_on_policy { &ho_tf } else { &ho_op }).y),
         holdout_bce: best_bce,
         hidden: args.hidden,
         epochs: args.epochs,
@@ -327,7 +377,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let mut model = MlpRouterModel::new(meta.clone(), weights)?;
     // Calibrate with the model exactly as the edge runs it.
     let (confidences, top_probs, source) = if args.calibration_items > 0 {
-        let labelled: std::collections::HashSet<&str> = file.items.iter().map(|i| i.id.as_str()).collect();
+        let labelled: std::collections::HashSet<&str> = items.iter().map(|(_, i)| i.id.as_str()).collect();
         let (c, t, items) = on_policy_scores(&h.slm_id, &args.calibration_data, args.calibration_items, &labelled, &mut model)?;
         (c, t, format!("SLM greedy answers to {items} training prompts not used for labels ({})", args.calibration_data.display()))
     } else {
@@ -351,6 +401,21 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let tau7 = model.meta().calibration.tau_for_rate(0.07)?;
     eprintln!("router -> {} (held-out AUC {:.4} vs top-prob {:.4}; tau for 7 % escalation: {tau7:.4})", out.display(), best_auc, report.holdout_auc_top_prob);
     Ok(())
+}
+
+/// Metadata for scoring only (no calibration yet).
+fn probe_meta(h: &crate::labels_file::LabelsHeader, width: usize, hidden: usize) -> RouterMeta {
+    RouterMeta {
+        format: FORMAT_VERSION,
+        slm_id: h.slm_id.clone(),
+        tokenizer_fingerprint: h.tokenizer_fingerprint.clone(),
+        feature_spec: FEATURE_SPEC.to_string(),
+        feature_width: width,
+        mlp_hidden: hidden,
+        calibration: Calibration::default(),
+        confidence_calibration: Calibration::default(),
+        training: serde_json::Value::Null,
+    }
 }
 
 /// Router confidences and top probabilities at every position of the SLM's own greedy
