@@ -21,6 +21,9 @@ use serde::{Deserialize, Serialize};
 /// probability, then the entropy (nats) of that distribution.
 pub const FEATURE_SPEC: &str = "duet-features/v1: hidden_state[hidden_size] ++ [top_prob, entropy]";
 
+/// The largest f32 below 1: tau for any target rate below 100 %.
+const BELOW_ONE: f32 = 1.0 - f32::EPSILON / 2.0;
+
 /// Metadata key under which the JSON metadata is stored.
 const META_KEY: &str = "duet_router";
 
@@ -109,10 +112,11 @@ impl Calibration {
         for w in p.windows(2) {
             if rate <= w[1].rate {
                 let t = (rate - w[0].rate) / (w[1].rate - w[0].rate).max(f32::EPSILON);
-                return Ok(w[0].tau + t * (w[1].tau - w[0].tau));
+                // Below rate 1, never tau 1 (which means "escalate everything").
+                return Ok((w[0].tau + t * (w[1].tau - w[0].tau)).min(BELOW_ONE));
             }
         }
-        Ok(p.last().map_or(1.0, |l| l.tau.max(rate)))
+        Ok(p.last().map_or(1.0, |l| l.tau.max(rate)).min(BELOW_ONE))
     }
 }
 
