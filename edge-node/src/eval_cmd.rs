@@ -168,7 +168,7 @@ fn reuse_from(
 ) -> anyhow::Result<usize> {
     let theirs: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).with_context(|| format!("{}/config.json", dir.display()))?)?;
     for key in ["mode", "slm", "llm", "router", "router_training", "data", "max_new_tokens", "answer_rule", "stop_rule"] {
-        if theirs.get(key) != config.get(key) {
+        if !theirs.get(key).zip(config.get(key)).is_some_and(|(a, b)| same_json(a, b)) && theirs.get(key) != config.get(key) {
             bail!("--reuse {}: its `{key}` differs from this run's; its results cannot stand in for these", dir.display());
         }
     }
@@ -189,6 +189,21 @@ fn reuse_from(
         }
     }
     Ok(taken)
+}
+
+/// JSON equality with floats equal to 1e-12 relative (files written before exact float
+/// parsing was enabled may differ from a fresh parse in the last bit).
+fn same_json(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => match (x.as_f64(), y.as_f64()) {
+            (Some(x), Some(y)) => x == y || (x - y).abs() <= 1e-12 * x.abs().max(y.abs()),
+            _ => x == y,
+        },
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same_json(a, b)),
+        (Value::Object(x), Value::Object(y)) => x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same_json(v, w))),
+        _ => a == b,
+    }
 }
 
 /// The records of a results directory (read-only).
@@ -255,7 +270,7 @@ fn open_results(dir: &Path, config: &serde_json::Value) -> anyhow::Result<(Vec<I
     let items_path = dir.join("items.jsonl");
     if config_path.exists() {
         let old: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&config_path)?).context("config.json")?;
-        if old != *config {
+        if !same_json(&old, config) {
             bail!("{} holds results of another configuration (see its config.json); pass another --out or delete it", dir.display());
         }
     } else {

