@@ -21,7 +21,7 @@ use common::router_model::MlpRouterModel;
 use common::runtime::CausalLm;
 use common::sampling::SamplingParams;
 use common::tokenizer::Tokenizer;
-use edge_node::deadline::{DeadlinePolicy, LinkHealth};
+use edge_node::deadline::LinkHealth;
 use edge_node::link::{next_session_id, Link};
 use edge_node::routed::{RoutedParams, RoutedSession, RoutedStats};
 
@@ -29,7 +29,7 @@ use crate::cqa_args::{progress, read_dataset, PairArgs};
 use crate::eval_item::{answer_line_done, ItemEvaluator, RunOutcome, RunSpec};
 use crate::eval_report::{summarise, write_reports, ItemRecord};
 use crate::generate_cmd::CloudArgs;
-use crate::routed_cmd::{build_router, link_config};
+use crate::routed_cmd::{build_router, deadline_policy, link_config};
 
 /// Options of `edge-node eval-cqa`.
 #[derive(Debug, Args)]
@@ -338,12 +338,7 @@ fn run_served(args: &EvalArgs, items: &[Item]) -> anyhow::Result<()> {
             bail!("gateway {:?} not reachable", args.cloud.gateway);
         };
         let service = Duration::from_millis(conn.limits.service_time_ms as u64);
-        let policy = DeadlinePolicy {
-            min: Duration::from_millis(args.cloud.deadline_min_ms),
-            max: Duration::from_millis(args.cloud.deadline_max_ms.max(args.cloud.deadline_min_ms)),
-            per_token: Duration::from_millis(args.cloud.deadline_per_token_ms),
-            ..DeadlinePolicy::default()
-        };
+        let policy = deadline_policy(&args.cloud);
         let mut cache = lm.new_cache(Some(512.max(args.max_new_tokens + 256)))?;
         let bar = progress(items.len() as u64, "served");
         bar.set_position(done.len() as u64);

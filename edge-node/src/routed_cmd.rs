@@ -62,6 +62,16 @@ pub fn build_router(cloud: &CloudArgs, lm: &CausalLm, tok: &Tokenizer) -> anyhow
     Ok((Box::new(router), tau))
 }
 
+/// The deadline policy the command line asks for.
+pub fn deadline_policy(cloud: &CloudArgs) -> DeadlinePolicy {
+    DeadlinePolicy {
+        min: Duration::from_millis(cloud.deadline_min_ms),
+        max: Duration::from_millis(cloud.deadline_max_ms.max(cloud.deadline_min_ms)),
+        per_token: Duration::from_millis(cloud.deadline_per_token_ms),
+        ..DeadlinePolicy::default()
+    }
+}
+
 /// Build the link configuration from the command line.
 pub fn link_config(cloud: &CloudArgs, tok: &Tokenizer, slm_id: &str) -> anyhow::Result<LinkConfig> {
     let gateway = cloud.gateway.clone().context("--gateway is required")?;
@@ -104,12 +114,7 @@ pub fn run(args: &GenerateArgs, lm: &mut CausalLm, tok: &Tokenizer, cache: &mut 
             }
         };
         let params = RoutedParams { max_new_tokens: args.max_new_tokens, tau, sampling, session_id: next_session_id(), presync: !args.cloud.no_presync };
-        let policy = DeadlinePolicy {
-            min: Duration::from_millis(args.cloud.deadline_min_ms),
-            max: Duration::from_millis(args.cloud.deadline_max_ms.max(args.cloud.deadline_min_ms)),
-            per_token: Duration::from_millis(args.cloud.deadline_per_token_ms),
-            ..DeadlinePolicy::default()
-        };
+        let policy = deadline_policy(&args.cloud);
         let health = LinkHealth::new(policy, service);
         let mut session = RoutedSession::new(Some(&link), router.as_mut(), health, params);
         let color = match args.cloud.color.as_str() {
