@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end routed decoding on this machine: gateway (embedded 1.5B) + edge (0.5B) over QUIC on
 # loopback, at several tau (escalation rates), local-only (tau 0) as the baseline of the same run.
-# Usage: deploy/bench/e2e_routing.sh ["TAU ..."] [MAX_NEW_TOKENS]
+# An entry "rate:R" runs the trained router file at target escalation rate R instead of a tau.
+# Usage: deploy/bench/e2e_routing.sh ["TAU|rate:R ..."] [MAX_NEW_TOKENS]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -19,8 +20,13 @@ prompt="Write a Python function that checks whether a string is a palindrome, wi
 echo "| tau | escalated % | cloud tokens | fallbacks | tokens/s | vs local | token p50 / p99 ms | first / later escalation bytes |"
 echo "|---|---|---|---|---|---|---|---|"
 base=""
+router_file="$DUET_HOME/router/qwen2.5-coder-0.5b-instruct.router.safetensors"
 for tau in $taus; do
-  json="$(./target/release/edge-node generate --chat --prompt "$prompt" --max-new-tokens "$n" --gateway "127.0.0.1:$port" --tau "$tau" --json)"
+  case "$tau" in
+    rate:*) policy=(--router "$router_file" --escalation-rate "${tau#rate:}") ;;
+    *) policy=(--tau "$tau") ;;
+  esac
+  json="$(./target/release/edge-node generate --chat --prompt "$prompt" --max-new-tokens "$n" --gateway "127.0.0.1:$port" "${policy[@]}" --json)"
   row="$(python3 - "$json" "$tau" "${base:-0}" <<'PY'
 import json, sys
 d = json.loads(sys.argv[1]); tau = sys.argv[2]; base = float(sys.argv[3]) or d["tokens_per_s"]
