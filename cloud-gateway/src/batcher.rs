@@ -258,6 +258,7 @@ impl Actor for Batcher {
                 state.stats.service_ms.store(ewma.round() as u32, Ordering::Relaxed);
                 metrics::histogram!("duet_gateway_backend_latency_seconds").record(backend_ms / 1e3);
                 let llm_ms = backend_ms.round() as u32;
+                tracing::debug!(batch = state.running.len(), backend_ms = llm_ms, queued = state.pending.len(), "batch done");
                 let running = std::mem::take(&mut state.running);
                 for (esc, result) in running.into_iter().zip(results.into_iter().chain(std::iter::repeat_with(|| Err(BackendError::Failed("backend returned too few results".into()))))) {
                     let outcome = match result {

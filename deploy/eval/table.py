@@ -6,6 +6,8 @@ besides the whole set this also prints the figures on the items after them (neve
 any choice). Standard library only.
 
     deploy/eval/table.py $DUET_HOME/eval/full-all-0.1/items.jsonl --skip 100
+    deploy/eval/table.py $DUET_HOME/eval/served-100-0.1-longdeadline/items.jsonl \
+        --same-as $DUET_HOME/eval/sweep/items.jsonl --run router@0.100
 """
 import argparse
 import json
@@ -78,17 +80,46 @@ def table(runs):
     for k in order:
         s = runs[k]
         name = k if k in ("slm-only", "llm-only") else f"**{k}**"
+        gap = "-" if math.isnan(s["gap"]) else f"{100 * s['gap']:.0f} %"
         out.append(f"| {name} | {s['items']} | {100 * s['accuracy']:.1f} % | {100 * s['ci95']:.1f} | "
-                   f"{100 * s['share']:.2f} % | {100 * s['gap']:.0f} % | {s['no_answer']} |")
+                   f"{100 * s['share']:.2f} % | {gap} | {s['no_answer']} |")
     return "\n".join(out)
+
+
+def compare(items, reference, run):
+    """How many served answers equal the in-process run's, token for token and by answer."""
+    ref = {}
+    for item in reference:
+        for r in item["runs"]:
+            if r["run"] == run:
+                ref[item["id"]] = r
+    n = same_text = same_answer = 0
+    flips = {"right->wrong": 0, "wrong->right": 0}
+    for item in items:
+        r, other = item["runs"][0], ref.get(item["id"])
+        if other is None:
+            continue
+        n += 1
+        same_text += r["text"] == other["text"]
+        same_answer += r["answer"] == other["answer"]
+        if r["correct"] != other["correct"]:
+            flips["wrong->right" if r["correct"] else "right->wrong"] += 1
+    print(f"\nagainst in-process {run} on the same {n} items: {same_text} texts identical token for "
+          f"token, {same_answer} answers identical; correctness changed: {flips}")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("items", help="items.jsonl written by `edge-node eval-cqa`")
     ap.add_argument("--skip", type=int, default=100, help="items the operating point was chosen on")
+    ap.add_argument("--same-as", help="items.jsonl of an in-process run to compare the first run with")
+    ap.add_argument("--run", default="router@0.100", help="the run of --same-as to compare with")
     a = ap.parse_args()
     items = load(a.items)
+    if a.same_as:
+        print(table(summarise(items)))
+        compare(items, load(a.same_as), a.run)
+        return
     print(f"All {len(items)} items:\n")
     print(table(summarise(items)))
     rest = items[a.skip:]

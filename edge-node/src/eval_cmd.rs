@@ -360,6 +360,11 @@ fn run_served(args: &EvalArgs, items: &[Item]) -> anyhow::Result<()> {
             totals.escalated += stats.escalated;
             totals.cloud_tokens += stats.cloud_tokens;
             totals.fallbacks += stats.fallbacks;
+            totals.fallback_timeout += stats.fallback_timeout;
+            totals.fallback_degraded += stats.fallback_degraded;
+            totals.fallback_busy += stats.fallback_busy;
+            totals.fallback_link_down += stats.fallback_link_down;
+            totals.fallback_error += stats.fallback_error;
             let rec = ItemRecord { id: item.id.clone(), answer_key: item.answer_key.clone(), runs: vec![outcome(&tok, item, run_name.clone(), &ids, stats.escalated)?] };
             append(&mut out, &rec)?;
             records.push(rec);
@@ -372,6 +377,10 @@ fn run_served(args: &EvalArgs, items: &[Item]) -> anyhow::Result<()> {
     write_reports(&args.out, &config, &rows)?;
     print_table(&rows);
     eprintln!("this run: {} tokens, {} escalated, {} answered by the gateway, {} fell back to the SLM", totals.tokens, totals.escalated, totals.cloud_tokens, totals.fallbacks);
-    std::fs::write(args.out.join("served-stats.json"), serde_json::to_string_pretty(&serde_json::json!({"tokens": totals.tokens, "escalated": totals.escalated, "cloud_tokens": totals.cloud_tokens, "fallbacks": totals.fallbacks}))?)?;
+    std::fs::write(args.out.join("served-stats.json"), serde_json::to_string_pretty(&serde_json::json!({
+        "tokens": totals.tokens, "escalated": totals.escalated, "cloud_tokens": totals.cloud_tokens, "fallbacks": totals.fallbacks,
+        "fallback_timeout": totals.fallback_timeout, "fallback_degraded": totals.fallback_degraded, "fallback_busy": totals.fallback_busy,
+        "fallback_link_down": totals.fallback_link_down, "fallback_error": totals.fallback_error,
+    }))?)?;
     Ok(())
 }

@@ -196,6 +196,7 @@ impl<'a> RoutedSession<'a> {
                 Ok((Frame::Token { seq: got, token_id, llm_ms, .. }, _)) if got == seq => {
                     self.tracker.acknowledge(seq);
                     self.health.success(llm_ms);
+                    tracing::debug!(waited_ms = now.elapsed().as_millis() as u64, budget_ms = budget.as_millis() as u64, sent = to_send, llm_ms, "cloud token");
                     stats.escalation_latencies.push(now.elapsed().as_secs_f64() * 1e3);
                     return Escalated::Token { token: token_id };
                 }
@@ -219,6 +220,7 @@ impl<'a> RoutedSession<'a> {
                     FallbackReason::Transport
                 }
             };
+            tracing::debug!(?reason, waited_ms = now.elapsed().as_millis() as u64, budget_ms = budget.as_millis() as u64, sent = to_send, "escalation fell back");
             if self.health.failure(Instant::now()) {
                 link.probe(budget.max(Duration::from_millis(300)));
             }
