@@ -1,7 +1,6 @@
 //! Options shared by the offline CommonsenseQA commands (labels, evaluation): which SLM and
 //! LLM to load, and which dataset file to read.
 
-use std::path::PathBuf;
 
 use anyhow::bail;
 use clap::Args;
@@ -52,7 +51,7 @@ impl PairArgs {
 }
 
 /// Read a dataset, printing each line that does not parse (with its number) and going on.
-pub fn read_dataset(path: &PathBuf, limit: Option<usize>) -> anyhow::Result<Vec<Item>> {
+pub fn read_dataset(path: &std::path::Path, limit: Option<usize>) -> anyhow::Result<Vec<Item>> {
     let (mut items, errors) = read_items(path).map_err(|e| anyhow::anyhow!("dataset {}: {e}", path.display()))?;
     for e in &errors {
         eprintln!("warning: {}: skipping {e}", path.display());

@@ -97,7 +97,7 @@ pub fn run(args: LabelsArgs) -> anyhow::Result<()> {
             writer.append(&labelled)?;
             bar.inc(1);
             bar.set_prefix(format!("{positions} positions, {zeros} escalation helps"));
-            if bar.is_hidden() && bar.position() % 10 == 0 {
+            if bar.is_hidden() && bar.position().is_multiple_of(10) {
                 eprintln!("labels: {}/{} items, {positions} positions ({zeros} label 0)", bar.position(), selected.len());
             }
         }

@@ -220,7 +220,8 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let Some(h) = header.as_ref() else { bail!("no labels files") };
     let labels_path = PathBuf::from(paths.iter().map(|(_, p)| p.display().to_string()).collect::<Vec<_>>().join(","));
     let width = feature_width(h.hidden_size);
-    let (holdout, train): (Vec<(bool, &LabelledItem)>, Vec<(bool, &LabelledItem)>) =
+    type Tagged<'a> = Vec<(bool, &'a LabelledItem)>;
+    let (holdout, train): (Tagged, Tagged) =
         items.iter().map(|(o, i)| (*o, i)).partition(|(_, i)| held_out(&i.id, args.holdout_pct));
     if train.is_empty() || holdout.is_empty() {
         bail!("{} has {} items: too few to hold some out (label more items)", labels_path.display(), items.len());
@@ -423,7 +424,7 @@ fn probe_meta(h: &crate::labels_file::LabelsHeader, width: usize, hidden: usize)
 /// from the end of `data`, skipping labelled ones.
 fn on_policy_scores(
     slm_id: &str,
-    data: &PathBuf,
+    data: &std::path::Path,
     n: usize,
     skip: &std::collections::HashSet<&str>,
     model: &mut MlpRouterModel,
