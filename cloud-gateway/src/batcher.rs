@@ -41,6 +41,9 @@ pub enum Outcome {
     Failed(BackendError),
     /// Its deadline passed before it could run.
     Expired,
+    /// The device ended the session before it could run (e.g. an unneeded prompt pre-sync):
+    /// dropped so that it does not delay the device's next session.
+    SessionEnded,
 }
 
 /// One queued escalation.
@@ -63,7 +66,7 @@ pub enum BatcherMsg {
     Flush,
     /// A backend call finished.
     BatchDone { backend: Box<dyn Backend>, results: Vec<Result<BackendToken, BackendError>>, backend_ms: f64 },
-    /// A session ended or expired: drop the backend's state for it.
+    /// A session ended or expired: drop its queued work and the backend's state for it.
     EndSession(SessionKey),
 }
 
@@ -110,7 +113,8 @@ impl BatchQueue {
         Ok(rx)
     }
 
-    /// Tell the backend a session is gone.
+    /// A session is gone: its queued escalations are answered `SessionEnded` (one already
+    /// running finishes), and the backend forgets it.
     pub fn end_session(&self, key: SessionKey) {
         let _ = self.actor.send_message(BatcherMsg::EndSession(key));
     }
@@ -277,6 +281,12 @@ impl Actor for Batcher {
                 state.schedule(&myself);
             }
             BatcherMsg::EndSession(key) => {
+                let (ended, keep): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut state.pending).into_iter().partition(|e| e.request.session == key);
+                state.pending = keep;
+                for esc in ended {
+                    metrics::counter!("duet_gateway_escalations_cancelled_total").increment(1);
+                    state.answer(esc, Outcome::SessionEnded);
+                }
                 match state.backend.as_mut() {
                     Some(b) => b.end_session(&key),
                     None => state.ended.push(key),
@@ -284,5 +294,51 @@ impl Actor for Batcher {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::BackendToken;
+
+    /// Answers every request with its context length, after `delay`.
+    struct SlowEcho(Duration);
+
+    impl Backend for SlowEcho {
+        fn name(&self) -> &str {
+            "slow-echo"
+        }
+        fn model_id(&self) -> &str {
+            "slow-echo"
+        }
+        fn max_context(&self) -> usize {
+            1 << 20
+        }
+        fn next_tokens(&mut self, batch: &[BackendRequest]) -> Vec<Result<BackendToken, BackendError>> {
+            std::thread::sleep(self.0);
+            batch.iter().map(|r| Ok(BackendToken { token_id: r.context.len() as u32, logprob: 0.0 })).collect()
+        }
+    }
+
+    fn request(session_id: u64, len: usize) -> BackendRequest {
+        let session = SessionKey { device: Arc::from("device"), session_id };
+        BackendRequest { session, context: vec![1; len].into(), sampling: Default::default(), seq: 1 }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ending_a_session_drops_its_queued_work_but_not_others() {
+        let config = BatcherConfig { max_batch: 1, max_wait: Duration::ZERO, queue_capacity: 16 };
+        let queue = spawn_batcher(Box::new(SlowEcho(Duration::from_millis(200))), config).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let running = queue.try_submit(request(1, 3), deadline).unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let queued_same = queue.try_submit(request(1, 4), deadline).unwrap();
+        let queued_other = queue.try_submit(request(2, 5), deadline).unwrap();
+        queue.end_session(SessionKey { device: Arc::from("device"), session_id: 1 });
+        assert_eq!(queued_same.await.unwrap(), Outcome::SessionEnded);
+        assert!(matches!(running.await.unwrap(), Outcome::Token { token, .. } if token.token_id == 3), "the running batch finishes");
+        assert!(matches!(queued_other.await.unwrap(), Outcome::Token { token, .. } if token.token_id == 5));
+        assert_eq!(queue.stats().in_flight.load(Ordering::Acquire), 0);
     }
 }

@@ -200,6 +200,7 @@ impl ConnState {
                     Frame::Token { session_id, seq, token_id: token.token_id, logprob: token.logprob, llm_ms }
                 }
                 Ok(Outcome::Expired) => error_frame(Some(session_id), Some(seq), ErrorCode::DeadlineExpired, "deadline passed in the queue".into()),
+                Ok(Outcome::SessionEnded) => error_frame(Some(session_id), Some(seq), ErrorCode::UnknownSession, "the session ended before this escalation ran".into()),
                 Ok(Outcome::Failed(e)) => {
                     let code = match e {
                         BackendError::ContextTooLong { .. } => ErrorCode::ContextTooLong,

@@ -1,9 +1,18 @@
 //! How long to wait for the cloud, and when to stop asking (DESIGN §4).
 //!
 //! Pure logic with time passed in (neqo style), so fallback behaviour is testable without
-//! sleeping: `deadline = clamp(k * srtt + service_time, min, max)`, and a link that keeps
-//! failing puts the node in local-only mode for a back-off period before it probes again.
+//! sleeping: `deadline = clamp(k * srtt + service_time + per_token * tokens_sent, min, max)`,
+//! and a link that keeps failing puts the node in local-only mode for a back-off period before
+//! it probes again.
+//!
+//! Both service estimates are learned from the gateway's answers: the one-token service time
+//! from short escalations, the LLM time per context token sent from long ones (and from the
+//! prompt pre-sync). A timeout doubles the service estimate until the next answer (Karn's rule,
+//! as TCP does for its retransmission timer), so a stale estimate cannot keep every deadline
+//! too short.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Deadline and degradation settings.
@@ -15,8 +24,9 @@ pub struct DeadlinePolicy {
     pub min: Duration,
     /// Longest deadline (the most one token may ever wait).
     pub max: Duration,
-    /// Expected LLM prefill time per context token sent: a long delta (or a `Full` resync)
-    /// costs the gateway more than a one-token one, so it gets a longer deadline.
+    /// Expected LLM prefill time per context token sent, before any is measured: a long delta
+    /// (or a `Full` resync) costs the gateway more than a one-token one, so it gets a longer
+    /// deadline.
     pub per_token: Duration,
     /// Consecutive failed escalations that switch to local-only.
     pub failures_to_degrade: u32,
@@ -41,12 +51,23 @@ impl Default for DeadlinePolicy {
 }
 
 impl DeadlinePolicy {
-    /// Deadline for one escalation that sends `tokens` context tokens.
+    /// Deadline for one escalation that sends `tokens` context tokens, at the prior per-token cost.
     pub fn deadline(&self, srtt: Duration, service_time: Duration, tokens: usize) -> Duration {
-        let d = srtt.mul_f64(self.k) + service_time + self.per_token * tokens.min(100_000) as u32;
+        self.deadline_at(srtt, service_time, self.per_token, tokens)
+    }
+
+    fn deadline_at(&self, srtt: Duration, service_time: Duration, per_token: Duration, tokens: usize) -> Duration {
+        let d = srtt.mul_f64(self.k) + service_time + per_token * tokens.min(100_000) as u32;
         d.clamp(self.min, self.max)
     }
 }
+
+/// Escalations that send at most this many tokens measure the one-token service time.
+const SHORT_SEND: usize = 2;
+/// Escalations (or pre-syncs) that send at least this many tokens measure the per-token cost.
+const LONG_SEND: usize = 8;
+/// Weight of a new sample in the estimates (exponentially weighted moving averages).
+const SAMPLE_WEIGHT: f64 = 0.2;
 
 /// Tracks escalation outcomes and decides whether to escalate at all.
 #[derive(Debug, Clone)]
@@ -56,12 +77,48 @@ pub struct LinkHealth {
     local_until: Option<Instant>,
     current_backoff: Duration,
     service_ewma_ms: f64,
+    per_token_ms: f64,
+    /// A timeout doubled the service estimate: the next answer replaces it instead of being
+    /// averaged in.
+    backed_off: bool,
+    /// A prefill the gateway is doing (the prompt pre-sync) whose answer may come after the
+    /// session that sent it ended; the health learns from it whenever it comes.
+    pending_prefill: Option<(usize, PrefillReport)>,
+}
+
+/// Where the task awaiting a prefill's answer reports the gateway's service time for it.
+#[derive(Debug, Clone)]
+pub struct PrefillReport(Arc<AtomicU32>);
+
+impl PrefillReport {
+    const NONE: u32 = u32::MAX;
+
+    /// The gateway answered after `llm_ms` of service.
+    pub fn report(&self, llm_ms: u32) {
+        self.0.store(llm_ms.min(Self::NONE - 1), Ordering::Release);
+    }
+
+    fn take(&self) -> Option<u32> {
+        match self.0.load(Ordering::Acquire) {
+            Self::NONE => None,
+            ms => Some(ms),
+        }
+    }
 }
 
 impl LinkHealth {
     /// Healthy, with the gateway's announced service time as the first estimate.
     pub fn new(policy: DeadlinePolicy, service_time: Duration) -> Self {
-        Self { policy, consecutive_failures: 0, local_until: None, current_backoff: policy.backoff, service_ewma_ms: service_time.as_secs_f64() * 1e3 }
+        Self {
+            policy,
+            consecutive_failures: 0,
+            local_until: None,
+            current_backoff: policy.backoff,
+            service_ewma_ms: service_time.as_secs_f64() * 1e3,
+            per_token_ms: policy.per_token.as_secs_f64() * 1e3,
+            backed_off: false,
+            pending_prefill: None,
+        }
     }
 
     /// Whether a hard token may be escalated now (false = decide locally).
@@ -71,15 +128,75 @@ impl LinkHealth {
 
     /// Deadline for an escalation sent now carrying `tokens` context tokens.
     pub fn deadline(&self, srtt: Duration, tokens: usize) -> Duration {
-        self.policy.deadline(srtt, Duration::from_secs_f64(self.service_ewma_ms / 1e3), tokens)
+        self.deadline_behind(srtt, tokens, Duration::ZERO)
     }
 
-    /// The cloud answered; `llm_ms` is the gateway's reported service time.
-    pub fn success(&mut self, llm_ms: u32) {
+    /// Deadline for an escalation that will queue behind `ahead` of this session's own work
+    /// at the gateway (an unfinished prompt pre-sync). Still at most the policy's maximum,
+    /// counted from now: no token ever waits longer than that.
+    pub fn deadline_behind(&self, srtt: Duration, tokens: usize, ahead: Duration) -> Duration {
+        let service = Duration::from_secs_f64(self.service_ewma_ms / 1e3) + ahead;
+        self.policy.deadline_at(srtt, service, Duration::from_secs_f64(self.per_token_ms / 1e3), tokens)
+    }
+
+    /// The expected LLM time for prefilling `tokens` context tokens.
+    pub fn prefill_estimate(&self, tokens: usize) -> Duration {
+        Duration::from_secs_f64(self.per_token_ms * tokens as f64 / 1e3)
+    }
+
+    /// The cloud answered an escalation that sent `tokens_sent` context tokens; `llm_ms` is
+    /// the gateway's reported service time for it.
+    pub fn success(&mut self, tokens_sent: usize, llm_ms: u32) {
         self.consecutive_failures = 0;
         self.local_until = None;
         self.current_backoff = self.policy.backoff;
-        self.service_ewma_ms = 0.8 * self.service_ewma_ms + 0.2 * llm_ms as f64;
+        if tokens_sent <= SHORT_SEND {
+            let sample = llm_ms as f64;
+            self.service_ewma_ms = if self.backed_off { sample } else { (1.0 - SAMPLE_WEIGHT) * self.service_ewma_ms + SAMPLE_WEIGHT * sample };
+            self.backed_off = false;
+        } else {
+            self.observe_prefill(tokens_sent, llm_ms);
+        }
+    }
+
+    /// The gateway took `llm_ms` for work that sent `tokens` context tokens (an escalation or
+    /// the prompt pre-sync): learn the per-token cost from it. Short sends say too little.
+    pub fn observe_prefill(&mut self, tokens: usize, llm_ms: u32) {
+        if tokens < LONG_SEND {
+            return;
+        }
+        let sample = (llm_ms as f64 - self.service_ewma_ms).max(0.0) / tokens as f64;
+        self.per_token_ms = (1.0 - SAMPLE_WEIGHT) * self.per_token_ms + SAMPLE_WEIGHT * sample;
+        if sample > self.per_token_ms {
+            // Slower than thought: trust the measurement at once (a deadline that is too short
+            // wastes the whole wait, one that is too long only while the gateway is slow).
+            self.per_token_ms = sample;
+        }
+    }
+
+    /// A prefill of `tokens` context tokens was sent; report its service time through the
+    /// returned handle (replaces an earlier one that never answered).
+    pub fn expect_prefill(&mut self, tokens: usize) -> PrefillReport {
+        let report = PrefillReport(Arc::new(AtomicU32::new(PrefillReport::NONE)));
+        self.pending_prefill = Some((tokens, report.clone()));
+        report
+    }
+
+    /// Learn from an expected prefill if its answer came.
+    pub fn poll_prefill(&mut self) {
+        if let Some((tokens, ms)) = self.pending_prefill.as_ref().and_then(|(t, r)| r.take().map(|ms| (*t, ms))) {
+            self.pending_prefill = None;
+            self.observe_prefill(tokens, ms);
+        }
+    }
+
+    /// The escalation timed out: the service estimate doubles (up to the deadline maximum)
+    /// until an answer measures it again. Counts as a failure too.
+    pub fn timeout(&mut self, now: Instant) -> bool {
+        let max_ms = self.policy.max.as_secs_f64() * 1e3;
+        self.service_ewma_ms = (self.service_ewma_ms * 2.0).max(self.policy.min.as_secs_f64() * 1e3).min(max_ms);
+        self.backed_off = true;
+        self.failure(now)
     }
 
     /// The escalation fell back (timeout, busy, error). Returns true when this starts (or
@@ -139,8 +256,74 @@ mod tests {
         h.failure(t1);
         assert!(!h.may_escalate(t1 + p.backoff), "a failed probe doubles the back-off");
         assert!(h.may_escalate(t1 + p.backoff * 2));
-        h.success(12);
+        h.success(1, 12);
         assert!(!h.degraded());
         assert!(h.may_escalate(t1));
+    }
+
+    /// Milliseconds, rounded: the estimates are floats.
+    fn ms(d: Duration) -> u128 {
+        (d.as_secs_f64() * 1e3).round() as u128
+    }
+
+    #[test]
+    fn service_time_is_learned_from_short_answers_and_per_token_cost_from_long_ones() {
+        let p = DeadlinePolicy { k: 0.0, min: Duration::ZERO, max: Duration::from_secs(60), ..DeadlinePolicy::default() };
+        let mut h = LinkHealth::new(p, Duration::from_millis(100));
+        // Long sends do not pollute the one-token service time.
+        h.success(100, 2_100);
+        assert_eq!(ms(h.deadline(Duration::ZERO, 1)), 124);
+        // 2,000 ms for 100 tokens beyond the 100 ms service: 20 ms per token, below the prior 25.
+        let learned = h.prefill_estimate(100).as_secs_f64() * 1e3;
+        assert!(learned < 2_500.0 && learned > 2_000.0, "{learned}");
+        // A slower measurement is trusted at once.
+        h.observe_prefill(100, 4_100);
+        assert_eq!(ms(h.prefill_estimate(100)), 4_000);
+        // Too few tokens to say anything.
+        h.observe_prefill(3, 10_000);
+        assert_eq!(ms(h.prefill_estimate(100)), 4_000);
+        // Short answers move the service time gradually.
+        h.success(1, 200);
+        assert_eq!(ms(h.deadline(Duration::ZERO, 0)), 120);
+    }
+
+    #[test]
+    fn a_timeout_doubles_the_service_estimate_until_the_next_answer() {
+        let p = DeadlinePolicy { k: 0.0, min: Duration::from_millis(30), max: Duration::from_millis(1000), ..DeadlinePolicy::default() };
+        let mut h = LinkHealth::new(p, Duration::ZERO);
+        let t0 = Instant::now();
+        assert_eq!(ms(h.deadline(Duration::ZERO, 0)), ms(p.min), "a fresh gateway announces no service time");
+        h.timeout(t0);
+        assert_eq!(ms(h.deadline(Duration::ZERO, 0)), 30);
+        h.timeout(t0);
+        assert_eq!(ms(h.deadline(Duration::ZERO, 0)), 60);
+        for _ in 0..10 {
+            h.timeout(t0);
+        }
+        assert_eq!(ms(h.deadline(Duration::ZERO, 0)), ms(p.max), "never past the maximum");
+        h.success(1, 90);
+        assert_eq!(ms(h.deadline(Duration::ZERO, 0)), 90, "the next answer replaces the backed-off estimate");
+    }
+
+    #[test]
+    fn a_prefill_answered_later_is_learned_when_polled() {
+        let p = DeadlinePolicy::default();
+        let mut h = LinkHealth::new(p, Duration::ZERO);
+        let report = h.expect_prefill(100);
+        h.poll_prefill();
+        assert_eq!(ms(h.prefill_estimate(100)), 2_500, "the prior until it answers");
+        let carried = h.clone();
+        report.report(4_000);
+        let mut h = carried;
+        h.poll_prefill();
+        assert_eq!(ms(h.prefill_estimate(100)), 4_000, "learned in the health carried to the next session");
+    }
+
+    #[test]
+    fn work_queued_ahead_lengthens_the_deadline_but_never_past_the_maximum() {
+        let p = DeadlinePolicy { k: 0.0, min: Duration::ZERO, max: Duration::from_millis(3000), ..DeadlinePolicy::default() };
+        let h = LinkHealth::new(p, Duration::from_millis(100));
+        assert_eq!(ms(h.deadline_behind(Duration::ZERO, 0, Duration::from_millis(1000))), 1100);
+        assert_eq!(ms(h.deadline_behind(Duration::ZERO, 0, Duration::from_secs(10))), ms(p.max));
     }
 }

@@ -342,10 +342,13 @@ fn run_served(args: &EvalArgs, items: &[Item]) -> anyhow::Result<()> {
         let mut cache = lm.new_cache(Some(512.max(args.max_new_tokens + 256)))?;
         let bar = progress(items.len() as u64, "served");
         bar.set_position(done.len() as u64);
+        // One link health across items, as a device keeps across its sessions: what it learns
+        // about the gateway's speed (and any local-only period) carries over.
+        let mut health = LinkHealth::new(policy, service);
         for item in items.iter().filter(|i| !done.contains(&i.id)) {
             let prompt = pair_prompt(&tok, item)?;
             let params = RoutedParams { max_new_tokens: args.max_new_tokens, tau, sampling: SamplingParams::default(), session_id: next_session_id(), presync: !args.cloud.no_presync };
-            let mut session = RoutedSession::new(Some(&link), router.as_mut(), LinkHealth::new(policy, service), params);
+            let mut session = RoutedSession::new(Some(&link), router.as_mut(), health.clone(), params);
             let mut ids = Vec::new();
             let stats = session
                 .generate(&mut lm, &mut cache, &prompt, |t, _| {
@@ -356,6 +359,7 @@ fn run_served(args: &EvalArgs, items: &[Item]) -> anyhow::Result<()> {
                     }
                 })
                 .await?;
+            health = session.into_health();
             totals.tokens += stats.tokens;
             totals.escalated += stats.escalated;
             totals.cloud_tokens += stats.cloud_tokens;

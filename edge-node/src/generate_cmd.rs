@@ -84,7 +84,8 @@ pub struct CloudArgs {
     /// Longest wait for a cloud token, ms: past it the SLM's token is used.
     #[arg(long, env = "DUET_DEADLINE_MAX_MS", default_value_t = 3000)]
     pub deadline_max_ms: u64,
-    /// Expected LLM time per context token sent, ms (lengthens the deadline of long deltas).
+    /// Expected LLM time per context token sent, ms, until the gateway's answers measure it
+    /// (lengthens the deadline of long deltas).
     #[arg(long, env = "DUET_DEADLINE_PER_TOKEN_MS", default_value_t = 25)]
     pub deadline_per_token_ms: u64,
     /// Do not send the prompt to the gateway ahead of the first hard token.

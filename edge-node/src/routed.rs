@@ -6,6 +6,8 @@
 //! is answered at once with a `Full` resend within the same deadline.
 
 use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::protocol::{ContextTracker, Frame, WireSampling};
@@ -153,7 +155,13 @@ struct Presync {
     started: Instant,
     tokens: usize,
     generation: u64,
-    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    done: Arc<AtomicBool>,
+}
+
+impl Presync {
+    fn pending(&self, generation: u64) -> bool {
+        self.generation == generation && !self.done.load(Ordering::Acquire)
+    }
 }
 
 impl<'a> RoutedSession<'a> {
@@ -162,7 +170,14 @@ impl<'a> RoutedSession<'a> {
         Self { link, router, tracker: ContextTracker::new(), health, generation: 0, params, presync: None }
     }
 
+    /// The link health, to carry into the next session on the same link (what it learned
+    /// about the gateway's speed, and any local-only period).
+    pub fn into_health(self) -> LinkHealth {
+        self.health
+    }
+
     async fn escalate(&mut self, context: &[u32], stats: &mut RoutedStats) -> Escalated {
+        self.health.poll_prefill();
         let now = Instant::now();
         let Some(link) = self.link else { return Escalated::Fallback(FallbackReason::LinkDown) };
         if !self.health.may_escalate(now) && matches!(link.state(), LinkState::Up(ref c) if c.generation == self.generation) {
@@ -179,13 +194,13 @@ impl<'a> RoutedSession<'a> {
             self.health.reconnected();
         }
         let to_send = context.len() - self.tracker.assumed_len().filter(|&n| n <= context.len()).unwrap_or(0);
-        let mut budget = self.health.deadline(connected.conn.rtt(), to_send);
-        if let Some(p) = self.presync.as_ref().filter(|p| p.generation == connected.generation && !p.done.load(std::sync::atomic::Ordering::Acquire)) {
-            // Still prefilling the prompt: this token waits behind it (still capped by the
-            // deadline's maximum, so the edge never stalls longer than configured).
-            let queued = self.health.deadline(connected.conn.rtt(), to_send + p.tokens).saturating_sub(p.started.elapsed());
-            budget = budget.max(queued);
-        }
+        let ahead = match self.presync.as_ref().filter(|p| p.pending(connected.generation)) {
+            // Still prefilling the prompt: this token waits behind what is left of it (still
+            // capped by the deadline's maximum, so the edge never stalls longer than configured).
+            Some(p) => self.health.prefill_estimate(p.tokens).saturating_sub(p.started.elapsed()),
+            None => Duration::ZERO,
+        };
+        let budget = self.health.deadline_behind(connected.conn.rtt(), to_send, ahead);
         let deadline = now + budget;
         for attempt in 0..2 {
             let deadline_ms = deadline.saturating_duration_since(Instant::now()).as_millis() as u32;
@@ -195,7 +210,7 @@ impl<'a> RoutedSession<'a> {
             let reason = match outcome {
                 Ok((Frame::Token { seq: got, token_id, llm_ms, .. }, _)) if got == seq => {
                     self.tracker.acknowledge(seq);
-                    self.health.success(llm_ms);
+                    self.health.success(to_send, llm_ms);
                     tracing::debug!(waited_ms = now.elapsed().as_millis() as u64, budget_ms = budget.as_millis() as u64, sent = to_send, llm_ms, "cloud token");
                     stats.escalation_latencies.push(now.elapsed().as_secs_f64() * 1e3);
                     return Escalated::Token { token: token_id };
@@ -221,7 +236,11 @@ impl<'a> RoutedSession<'a> {
                 }
             };
             tracing::debug!(?reason, waited_ms = now.elapsed().as_millis() as u64, budget_ms = budget.as_millis() as u64, sent = to_send, "escalation fell back");
-            if self.health.failure(Instant::now()) {
+            let degraded = match reason {
+                FallbackReason::Timeout => self.health.timeout(Instant::now()),
+                _ => self.health.failure(Instant::now()),
+            };
+            if degraded {
                 link.probe(budget.max(Duration::from_millis(300)));
             }
             return Escalated::Fallback(reason);
@@ -260,12 +279,20 @@ impl<'a> RoutedSession<'a> {
         }
         let (_, frame) = self.next_escalation(prompt, 30_000, stats);
         let link = link.clone();
-        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        self.presync = Some(Presync { started: Instant::now(), tokens: prompt.len(), generation: connected.generation, done: done.clone() });
-        tokio::spawn(async move {
-            let _ = link.request(&frame, Instant::now() + Duration::from_secs(30)).await;
-            done.store(true, std::sync::atomic::Ordering::Release);
+        let done = Arc::new(AtomicBool::new(false));
+        // The answer's service time is the prefill cost of a whole prompt: the link health
+        // learns from it, even after this session ended.
+        let report = self.health.expect_prefill(prompt.len());
+        tokio::spawn({
+            let done = done.clone();
+            async move {
+                if let Ok((Frame::Token { llm_ms, .. }, _)) = link.request(&frame, Instant::now() + Duration::from_secs(30)).await {
+                    report.report(llm_ms);
+                }
+                done.store(true, Ordering::Release);
+            }
         });
+        self.presync = Some(Presync { started: Instant::now(), tokens: prompt.len(), generation: connected.generation, done });
     }
 
     /// Generate after `prompt`, calling `on_token(token, source)` for each token.
@@ -329,8 +356,8 @@ impl<'a> RoutedSession<'a> {
                 // Free the gateway's copy of this session at once instead of waiting for expiry.
                 let _ = link.request(&Frame::EndSession { session_id: self.params.session_id }, Instant::now() + Duration::from_millis(200)).await;
             }
-            stats.bytes_sent = link.counters().bytes_sent.load(std::sync::atomic::Ordering::Relaxed);
-            stats.bytes_received = link.counters().bytes_received.load(std::sync::atomic::Ordering::Relaxed);
+            stats.bytes_sent = link.counters().bytes_sent.load(Ordering::Relaxed);
+            stats.bytes_received = link.counters().bytes_received.load(Ordering::Relaxed);
         }
         stats.total_ms = started.elapsed().as_secs_f64() * 1e3;
         stats.finish();
