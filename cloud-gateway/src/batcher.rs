@@ -151,10 +151,32 @@ pub struct BatcherState {
 }
 
 /// Start the batcher around a backend.
+///
+/// The backend first answers one one-token warm-up request: the first real escalation does
+/// not pay the runtime's lazy initialisation, and devices that connect before any traffic are
+/// told a measured service time instead of none (their first deadlines would be too short).
 pub async fn spawn_batcher(backend: Box<dyn Backend>, config: BatcherConfig) -> anyhow::Result<BatchQueue> {
-    let stats = Arc::new(BatcherStats::default());
+    let (backend, warmup_ms) = tokio::task::spawn_blocking(move || warm_up(backend)).await?;
+    let stats = Arc::new(BatcherStats { service_ms: AtomicU32::new(warmup_ms), ..BatcherStats::default() });
     let (actor, _handle) = Actor::spawn(None, Batcher, (backend, config, stats.clone())).await?;
     Ok(BatchQueue { actor, stats, capacity: config.queue_capacity.max(1) })
+}
+
+/// One decode step on a one-token context of a throw-away session; returns its time in ms
+/// (0 if the backend failed, which the first real batch then reports).
+fn warm_up(mut backend: Box<dyn Backend>) -> (Box<dyn Backend>, u32) {
+    let session = SessionKey { device: Arc::from("gateway-warm-up"), session_id: 0 };
+    let request = BackendRequest { session: session.clone(), context: Arc::from([0u32]), sampling: Default::default(), seq: 1 };
+    let t = Instant::now();
+    let ok = backend.next_tokens(std::slice::from_ref(&request)).first().is_some_and(|r| r.is_ok());
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    backend.end_session(&session);
+    if !ok {
+        tracing::warn!("the backend failed its warm-up request");
+        return (backend, 0);
+    }
+    tracing::debug!(warmup_ms = ms, "backend warmed up");
+    (backend, ms.round().max(1.0) as u32)
 }
 
 impl BatcherState {

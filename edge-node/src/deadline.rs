@@ -1,7 +1,8 @@
 //! How long to wait for the cloud, and when to stop asking (DESIGN §4).
 //!
 //! Pure logic with time passed in (neqo style), so fallback behaviour is testable without
-//! sleeping: `deadline = clamp(k * srtt + service_time + per_token * tokens_sent, min, max)`,
+//! sleeping: `deadline = clamp(k * srtt + service_time + 1.5 * per_token * tokens_sent, min, max)`
+//! (the 1.5: prefill times vary with load),
 //! and a link that keeps failing puts the node in local-only mode for a back-off period before
 //! it probes again.
 //!
@@ -66,6 +67,10 @@ impl DeadlinePolicy {
 const SHORT_SEND: usize = 2;
 /// Escalations (or pre-syncs) that send at least this many tokens measure the per-token cost.
 const LONG_SEND: usize = 8;
+/// Factor on estimated prefill work (context tokens sent, a pre-sync still running) in deadlines.
+const PREFILL_MARGIN: f64 = 1.5;
+/// Unanswered prefills remembered for learning.
+const MAX_PENDING_PREFILLS: usize = 4;
 /// Weight of a new sample in the estimates (exponentially weighted moving averages).
 const SAMPLE_WEIGHT: f64 = 0.2;
 
@@ -83,7 +88,7 @@ pub struct LinkHealth {
     backed_off: bool,
     /// A prefill the gateway is doing (the prompt pre-sync) whose answer may come after the
     /// session that sent it ended; the health learns from it whenever it comes.
-    pending_prefill: Option<(usize, PrefillReport)>,
+    pending_prefill: Vec<(usize, PrefillReport)>,
 }
 
 /// Where the task awaiting a prefill's answer reports the gateway's service time for it.
@@ -117,7 +122,7 @@ impl LinkHealth {
             service_ewma_ms: service_time.as_secs_f64() * 1e3,
             per_token_ms: policy.per_token.as_secs_f64() * 1e3,
             backed_off: false,
-            pending_prefill: None,
+            pending_prefill: Vec::new(),
         }
     }
 
@@ -135,8 +140,10 @@ impl LinkHealth {
     /// at the gateway (an unfinished prompt pre-sync). Still at most the policy's maximum,
     /// counted from now: no token ever waits longer than that.
     pub fn deadline_behind(&self, srtt: Duration, tokens: usize, ahead: Duration) -> Duration {
-        let service = Duration::from_secs_f64(self.service_ewma_ms / 1e3) + ahead;
-        self.policy.deadline_at(srtt, service, Duration::from_secs_f64(self.per_token_ms / 1e3), tokens)
+        // Prefill times vary with the gateway's load far more than a one-token step, and a
+        // deadline a little short wastes the whole wait: prefill work gets a margin.
+        let service = Duration::from_secs_f64(self.service_ewma_ms / 1e3) + ahead.mul_f64(PREFILL_MARGIN);
+        self.policy.deadline_at(srtt, service, Duration::from_secs_f64(PREFILL_MARGIN * self.per_token_ms / 1e3), tokens)
     }
 
     /// The expected LLM time for prefilling `tokens` context tokens.
@@ -175,17 +182,29 @@ impl LinkHealth {
     }
 
     /// A prefill of `tokens` context tokens was sent; report its service time through the
-    /// returned handle (replaces an earlier one that never answered).
+    /// returned handle. A few unanswered ones are remembered (the answer often comes after
+    /// the next session started); beyond that the oldest is forgotten.
     pub fn expect_prefill(&mut self, tokens: usize) -> PrefillReport {
+        self.poll_prefill();
+        if self.pending_prefill.len() >= MAX_PENDING_PREFILLS {
+            self.pending_prefill.remove(0);
+        }
         let report = PrefillReport(Arc::new(AtomicU32::new(PrefillReport::NONE)));
-        self.pending_prefill = Some((tokens, report.clone()));
+        self.pending_prefill.push((tokens, report.clone()));
         report
     }
 
-    /// Learn from an expected prefill if its answer came.
+    /// Learn from the expected prefills whose answers came.
     pub fn poll_prefill(&mut self) {
-        if let Some((tokens, ms)) = self.pending_prefill.as_ref().and_then(|(t, r)| r.take().map(|ms| (*t, ms))) {
-            self.pending_prefill = None;
+        let mut answered = Vec::new();
+        self.pending_prefill.retain(|(tokens, report)| match report.take() {
+            Some(ms) => {
+                answered.push((*tokens, ms));
+                false
+            }
+            None => true,
+        });
+        for (tokens, ms) in answered {
             self.observe_prefill(tokens, ms);
         }
     }
@@ -272,7 +291,7 @@ mod tests {
         let mut h = LinkHealth::new(p, Duration::from_millis(100));
         // Long sends do not pollute the one-token service time.
         h.success(100, 2_100);
-        assert_eq!(ms(h.deadline(Duration::ZERO, 1)), 124);
+        assert_eq!(ms(h.deadline(Duration::ZERO, 1)), 136, "100 ms service + 1.5 x 24 ms per token");
         // 2,000 ms for 100 tokens beyond the 100 ms service: 20 ms per token, below the prior 25.
         let learned = h.prefill_estimate(100).as_secs_f64() * 1e3;
         assert!(learned < 2_500.0 && learned > 2_000.0, "{learned}");
@@ -317,13 +336,20 @@ mod tests {
         let mut h = carried;
         h.poll_prefill();
         assert_eq!(ms(h.prefill_estimate(100)), 4_000, "learned in the health carried to the next session");
+        // The next session's pre-sync is sent before the previous one answered.
+        let first = h.expect_prefill(100);
+        let second = h.expect_prefill(100);
+        first.report(5_000);
+        second.report(6_000);
+        h.poll_prefill();
+        assert_eq!(ms(h.prefill_estimate(100)), 6_000, "both learned");
     }
 
     #[test]
     fn work_queued_ahead_lengthens_the_deadline_but_never_past_the_maximum() {
         let p = DeadlinePolicy { k: 0.0, min: Duration::ZERO, max: Duration::from_millis(3000), ..DeadlinePolicy::default() };
         let h = LinkHealth::new(p, Duration::from_millis(100));
-        assert_eq!(ms(h.deadline_behind(Duration::ZERO, 0, Duration::from_millis(1000))), 1100);
+        assert_eq!(ms(h.deadline_behind(Duration::ZERO, 0, Duration::from_millis(1000))), 1600, "with the prefill margin");
         assert_eq!(ms(h.deadline_behind(Duration::ZERO, 0, Duration::from_secs(10))), ms(p.max));
     }
 }
