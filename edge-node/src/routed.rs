@@ -205,12 +205,18 @@ impl<'a> RoutedSession<'a> {
         for attempt in 0..2 {
             let deadline_ms = deadline.saturating_duration_since(Instant::now()).as_millis() as u32;
             let (seq, frame) = self.next_escalation(context, deadline_ms, stats);
+            // What this frame makes the LLM prefill (a `Full` resend after `ContextMissing` is
+            // the whole context), for learning the per-token cost from the answer.
+            let sent = match &frame {
+                Frame::Escalate { context: common::protocol::ContextSync::Full { tokens }, .. } | Frame::Escalate { context: common::protocol::ContextSync::Delta { tokens, .. }, .. } => tokens.len(),
+                _ => to_send,
+            };
             stats.escalation_bytes.push(common::protocol::encode_frame(&frame, usize::MAX).map(|b| b.len()).unwrap_or(0));
             let outcome = link.request(&frame, deadline).await;
             let reason = match outcome {
                 Ok((Frame::Token { seq: got, token_id, llm_ms, .. }, _)) if got == seq => {
                     self.tracker.acknowledge(seq);
-                    self.health.success(to_send, llm_ms);
+                    self.health.success(sent, llm_ms);
                     tracing::debug!(waited_ms = now.elapsed().as_millis() as u64, budget_ms = budget.as_millis() as u64, sent = to_send, llm_ms, "cloud token");
                     stats.escalation_latencies.push(now.elapsed().as_secs_f64() * 1e3);
                     return Escalated::Token { token: token_id };
