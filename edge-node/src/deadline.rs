@@ -2,9 +2,8 @@
 //!
 //! Pure logic with time passed in (neqo style), so fallback behaviour is testable without
 //! sleeping: `deadline = clamp(k * srtt + service_time + 1.5 * per_token * tokens_sent, min, max)`
-//! (the 1.5: prefill times vary with load),
-//! and a link that keeps failing puts the node in local-only mode for a back-off period before
-//! it probes again.
+//! (the 1.5 because prefill times vary with load), and a link that keeps failing puts the node
+//! in local-only mode for a back-off period before it probes again.
 //!
 //! Both service estimates are learned from the gateway's answers: the one-token service time
 //! from short escalations, the LLM time per context token sent from long ones (and from the
@@ -103,7 +102,7 @@ impl PrefillReport {
         self.0.store(llm_ms.min(Self::NONE - 1), Ordering::Release);
     }
 
-    fn take(&self) -> Option<u32> {
+    fn answered(&self) -> Option<u32> {
         match self.0.load(Ordering::Acquire) {
             Self::NONE => None,
             ms => Some(ms),
@@ -196,16 +195,15 @@ impl LinkHealth {
 
     /// Learn from the expected prefills whose answers came.
     pub fn poll_prefill(&mut self) {
-        let mut answered = Vec::new();
-        self.pending_prefill.retain(|(tokens, report)| match report.take() {
-            Some(ms) => {
-                answered.push((*tokens, ms));
-                false
+        let mut i = 0;
+        while i < self.pending_prefill.len() {
+            match self.pending_prefill[i].1.answered() {
+                Some(ms) => {
+                    let (tokens, _) = self.pending_prefill.remove(i);
+                    self.observe_prefill(tokens, ms);
+                }
+                None => i += 1,
             }
-            None => true,
-        });
-        for (tokens, ms) in answered {
-            self.observe_prefill(tokens, ms);
         }
     }
 

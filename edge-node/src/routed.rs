@@ -208,7 +208,7 @@ impl<'a> RoutedSession<'a> {
             // What this frame makes the LLM prefill (a `Full` resend after `ContextMissing` is
             // the whole context), for learning the per-token cost from the answer.
             let sent = match &frame {
-                Frame::Escalate { context: common::protocol::ContextSync::Full { tokens }, .. } | Frame::Escalate { context: common::protocol::ContextSync::Delta { tokens, .. }, .. } => tokens.len(),
+                Frame::Escalate { context, .. } => context.tokens().len(),
                 _ => to_send,
             };
             stats.escalation_bytes.push(common::protocol::encode_frame(&frame, usize::MAX).map(|b| b.len()).unwrap_or(0));
