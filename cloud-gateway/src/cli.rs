@@ -1,26 +1,39 @@
-//! Command-line and environment configuration of the gateway (every flag has a `DUET_*` twin).
+//! The binary's flags (every one has a `DUET_*` environment twin, for containers and systemd
+//! units), mapped onto [`GatewayConfig`] and the embedded backend's options.
+//!
+//! Nothing here is a setting of its own: defaults come from [`GatewayConfig::default`] and
+//! [`EmbeddedOptions::default`], so the binary, the tests and the load tester agree on them.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use common::model_files::{duet_home, DEFAULT_LLM};
 
 use crate::backend::{Backend, DelayBackend, EmbeddedBackend, EmbeddedOptions};
-use crate::batcher::BatcherConfig;
-use crate::server::{GatewayConfig, ModelFacts};
-use crate::tls::CertSource;
+use crate::config::{BatcherConfig, CertSource, GatewayConfig};
+
+fn gateway() -> GatewayConfig {
+    GatewayConfig::default()
+}
+
+fn embedded() -> EmbeddedOptions {
+    EmbeddedOptions::default()
+}
+
+fn default_http_listen() -> String {
+    gateway().http_listen.map_or_else(|| "off".to_string(), |a| a.to_string())
+}
 
 /// Duet cloud gateway: batches escalated tokens from many devices into the LLM.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "cloud-gateway", version, about)]
 pub struct GatewayArgs {
     /// UDP address for QUIC.
-    #[arg(long, env = "DUET_LISTEN", default_value = "127.0.0.1:4433")]
+    #[arg(long, env = "DUET_LISTEN", default_value_t = gateway().listen)]
     pub listen: SocketAddr,
     /// TCP address of the HTTP side port (/metrics, /healthz, /readyz); "off" disables it.
-    #[arg(long, env = "DUET_HTTP_LISTEN", default_value = "127.0.0.1:9464")]
+    #[arg(long, env = "DUET_HTTP_LISTEN", default_value_t = default_http_listen())]
     pub http_listen: String,
     /// TLS certificate chain (PEM). Without it a self-signed certificate is generated.
     #[arg(long, env = "DUET_TLS_CERT", requires = "tls_key")]
@@ -28,47 +41,48 @@ pub struct GatewayArgs {
     /// TLS private key (PEM).
     #[arg(long, env = "DUET_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
-    /// Where to write the self-signed certificate (PEM) for devices' --ca-cert.
+    /// Where to write the self-signed certificate (PEM) for devices' --ca-cert
+    /// [default: $DUET_HOME/gateway-cert.pem].
     #[arg(long, env = "DUET_WRITE_CERT")]
     pub write_cert: Option<PathBuf>,
     /// Shared secret devices must present; unset accepts any device (development only).
     #[arg(long, env = "DUET_AUTH_TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,
     /// Gateway name announced to devices.
-    #[arg(long, env = "DUET_GATEWAY_ID", default_value = "duet-gateway")]
+    #[arg(long, env = "DUET_GATEWAY_ID", default_value_t = gateway().gateway_id)]
     pub gateway_id: String,
     /// LLM for the embedded backend: prepared model id or directory.
-    #[arg(long, env = "DUET_LLM_MODEL", default_value = DEFAULT_LLM)]
+    #[arg(long, env = "DUET_LLM_MODEL", default_value_t = embedded().model)]
     pub model: String,
     /// ONNX Runtime intra-op threads (0 = all cores).
-    #[arg(long, env = "DUET_THREADS", default_value_t = 0)]
+    #[arg(long, env = "DUET_THREADS", default_value_t = embedded().threads)]
     pub threads: usize,
     /// Longest session context, tokens.
-    #[arg(long, env = "DUET_MAX_CONTEXT", default_value_t = 4096)]
+    #[arg(long, env = "DUET_MAX_CONTEXT", default_value_t = embedded().max_context)]
     pub max_context: usize,
     /// Sessions whose LLM KV cache is kept (LRU).
-    #[arg(long, env = "DUET_KV_CACHE_SESSIONS", default_value_t = 16)]
+    #[arg(long, env = "DUET_KV_CACHE_SESSIONS", default_value_t = embedded().max_cached_sessions)]
     pub kv_cache_sessions: usize,
     /// Most escalations per backend call.
-    #[arg(long, env = "DUET_MAX_BATCH", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    #[arg(long, env = "DUET_MAX_BATCH", default_value_t = gateway().batcher.max_batch as u32, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub max_batch: u32,
     /// Longest wait for a batch to fill, milliseconds.
-    #[arg(long, env = "DUET_MAX_WAIT_MS", default_value_t = 3)]
+    #[arg(long, env = "DUET_MAX_WAIT_MS", default_value_t = gateway().batcher.max_wait.as_millis() as u64)]
     pub max_wait_ms: u64,
     /// Escalations queued or running before new ones get `Busy`.
-    #[arg(long, env = "DUET_QUEUE_CAPACITY", default_value_t = 256)]
+    #[arg(long, env = "DUET_QUEUE_CAPACITY", default_value_t = gateway().batcher.queue_capacity)]
     pub queue_capacity: usize,
     /// Largest accepted frame, bytes.
-    #[arg(long, env = "DUET_MAX_FRAME_BYTES", default_value_t = common::protocol::DEFAULT_MAX_FRAME_BYTES)]
+    #[arg(long, env = "DUET_MAX_FRAME_BYTES", default_value_t = gateway().max_frame_bytes)]
     pub max_frame_bytes: usize,
     /// Sessions one device may hold.
-    #[arg(long, env = "DUET_MAX_SESSIONS_PER_DEVICE", default_value_t = 64)]
+    #[arg(long, env = "DUET_MAX_SESSIONS_PER_DEVICE", default_value_t = gateway().max_sessions_per_device)]
     pub max_sessions_per_device: usize,
-    /// Connected devices at most.
-    #[arg(long, env = "DUET_MAX_CONNECTIONS", default_value_t = 10_000)]
+    /// Connected devices at most; beyond it devices are refused as overloaded.
+    #[arg(long, env = "DUET_MAX_CONNECTIONS", default_value_t = gateway().max_connections)]
     pub max_connections: usize,
     /// Idle seconds after which a session is dropped.
-    #[arg(long, env = "DUET_SESSION_IDLE_SECS", default_value_t = 300)]
+    #[arg(long, env = "DUET_SESSION_IDLE_SECS", default_value_t = gateway().session_idle.as_secs())]
     pub session_idle_secs: u64,
     /// Extra service time added to every backend call, ms (simulates a slow or remote LLM).
     #[arg(long, env = "DUET_BACKEND_DELAY_MS", default_value_t = 0)]
@@ -79,7 +93,8 @@ pub struct GatewayArgs {
 }
 
 impl GatewayArgs {
-    /// The gateway configuration these flags describe.
+    /// The gateway configuration these flags describe, validated (so that a bad flag fails
+    /// before the model loads).
     pub fn gateway_config(&self) -> anyhow::Result<GatewayConfig> {
         let http_listen = match self.http_listen.as_str() {
             "off" | "" => None,
@@ -87,45 +102,90 @@ impl GatewayArgs {
         };
         let cert = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => CertSource::Files { cert: cert.clone(), key: key.clone() },
-            _ => CertSource::SelfSigned {
-                names: vec!["localhost".into(), "127.0.0.1".into()],
-                write_to: Some(self.write_cert.clone().unwrap_or_else(|| duet_home().join("gateway-cert.pem"))),
-            },
+            _ => {
+                let mut cert = CertSource::self_signed_local();
+                if let (CertSource::SelfSigned { write_to, .. }, Some(path)) = (&mut cert, &self.write_cert) {
+                    *write_to = Some(path.clone());
+                }
+                cert
+            }
         };
         anyhow::ensure!(self.queue_capacity > 0, "--queue-capacity must be > 0");
-        Ok(GatewayConfig {
+        GatewayConfig {
             listen: self.listen,
             http_listen,
             cert,
-            auth_token: self.auth_token.clone().filter(|t| !t.is_empty()),
+            auth_token: self.auth_token.clone(),
             gateway_id: self.gateway_id.clone(),
-            max_frame_bytes: self.max_frame_bytes.clamp(1024, common::protocol::HARD_MAX_FRAME_BYTES),
-            max_sessions_per_device: self.max_sessions_per_device.max(1),
-            max_connections: self.max_connections.max(1),
-            session_idle: Duration::from_secs(self.session_idle_secs.max(1)),
-            idle_timeout: Duration::from_secs(30),
+            max_frame_bytes: self.max_frame_bytes,
+            max_sessions_per_device: self.max_sessions_per_device,
+            max_connections: self.max_connections,
+            session_idle: Duration::from_secs(self.session_idle_secs),
             batcher: BatcherConfig {
                 max_batch: self.max_batch as usize,
                 max_wait: Duration::from_millis(self.max_wait_ms),
                 queue_capacity: self.queue_capacity,
             },
-        })
+            ..gateway()
+        }
+        .validated()
     }
 
-    /// Load the embedded backend these flags describe.
-    pub fn load_backend(&self) -> anyhow::Result<(Box<dyn Backend>, ModelFacts)> {
-        let emb = EmbeddedBackend::load(&EmbeddedOptions {
+    /// The embedded backend's options these flags describe.
+    pub fn embedded_options(&self) -> EmbeddedOptions {
+        EmbeddedOptions {
             model: self.model.clone(),
             threads: self.threads,
             max_context: self.max_context,
             max_cached_sessions: self.kv_cache_sessions,
-        })?;
-        let facts = emb.facts();
-        let backend: Box<dyn Backend> = if self.backend_delay_ms > 0 {
-            Box::new(DelayBackend::new(emb, Duration::from_millis(self.backend_delay_ms)))
-        } else {
-            Box::new(emb)
-        };
-        Ok((backend, facts))
+        }
+    }
+
+    /// Load the backend these flags describe: the embedded LLM, slowed down by
+    /// `--backend-delay-ms` if set. Blocking (it loads the model).
+    pub fn load_backend(&self) -> anyhow::Result<Box<dyn Backend>> {
+        let embedded = EmbeddedBackend::load(&self.embedded_options())?;
+        Ok(match self.backend_delay_ms {
+            0 => Box::new(embedded),
+            ms => Box::new(DelayBackend::new(embedded, Duration::from_millis(ms))),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_flags_mean_the_default_configuration() {
+        let args = GatewayArgs::parse_from(["cloud-gateway"]);
+        assert_eq!(args.gateway_config().unwrap(), GatewayConfig::default());
+        let opts = args.embedded_options();
+        let defaults = EmbeddedOptions::default();
+        assert_eq!((opts.model, opts.threads, opts.max_context, opts.max_cached_sessions), (defaults.model, defaults.threads, defaults.max_context, defaults.max_cached_sessions));
+    }
+
+    #[test]
+    fn flags_map_onto_the_configuration() {
+        let args = GatewayArgs::parse_from([
+            "cloud-gateway",
+            "--listen=0.0.0.0:5000",
+            "--http-listen=off",
+            "--tls-cert=c.pem",
+            "--tls-key=k.pem",
+            "--auth-token=sesame",
+            "--max-batch=4",
+            "--max-wait-ms=7",
+            "--queue-capacity=9",
+            "--max-connections=2",
+        ]);
+        let c = args.gateway_config().unwrap();
+        assert_eq!(c.listen.to_string(), "0.0.0.0:5000");
+        assert_eq!(c.http_listen, None);
+        assert_eq!(c.cert, CertSource::Files { cert: "c.pem".into(), key: "k.pem".into() });
+        assert_eq!(c.auth_token.as_deref(), Some("sesame"));
+        assert_eq!(c.batcher, BatcherConfig { max_batch: 4, max_wait: Duration::from_millis(7), queue_capacity: 9 });
+        assert_eq!(c.max_connections, 2);
+        assert!(GatewayArgs::parse_from(["cloud-gateway", "--queue-capacity=0"]).gateway_config().is_err());
     }
 }

@@ -1,4 +1,8 @@
 //! The HTTP side port: Prometheus `/metrics`, liveness `/healthz`, readiness `/readyz`.
+//!
+//! Separate from QUIC so that an orchestrator (Kubernetes probes, Prometheus) can watch the
+//! gateway with plain HTTP; readiness turns false when the batcher stops or its queue is
+//! full, so a load balancer sends new devices elsewhere before they would get `Busy`.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -7,11 +11,12 @@ use std::sync::{Arc, OnceLock};
 use axum::{extract::State, http::StatusCode, routing::get, Router};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
-use crate::server::Shared;
+use crate::state::Shared;
 
 static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
-/// Install the process-wide Prometheus recorder (once; later calls reuse it).
+/// Install the process-wide Prometheus recorder (once; later calls reuse it): the `metrics`
+/// macros all over the gateway record into it. `None` if another recorder was installed.
 pub fn prometheus() -> Option<&'static PrometheusHandle> {
     PROMETHEUS
         .get_or_init(|| match PrometheusBuilder::new().install_recorder() {
@@ -42,7 +47,7 @@ async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str)
     }
 }
 
-/// Bind and serve; returns the bound address and the server task.
+/// Bind and serve; returns the bound address (port 0 picks one) and the server task.
 pub async fn serve(addr: SocketAddr, shared: Arc<Shared>) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     prometheus();
     let app = Router::new()

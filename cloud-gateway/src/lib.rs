@@ -1,11 +1,22 @@
 //! Duet's cloud gateway as a library, so the binary, the tests and the load tester run the
-//! same code: QUIC listener → connection actors → session store → batcher → backend.
+//! same code.
+//!
+//! Modules follow the data path of an escalation (docs/ARCHITECTURE.md):
+//! [`transport`] (QUIC listener, one actor per device, frame reading) → [`sessions`] (each
+//! session's token context) → [`batcher`] (queue, cut policy, the actor that owns the
+//! backend) → [`backend`] (the LLM). [`state`] is what connections share, [`config`] every
+//! setting, [`server`] wires it all and [`http`] is the operator's side port; [`cli`] maps the
+//! binary's flags onto [`config::GatewayConfig`].
 
 pub mod backend;
 pub mod batcher;
 pub mod cli;
-pub mod connection;
+pub mod config;
 pub mod http;
 pub mod server;
-pub mod session_store;
-pub mod tls;
+pub mod sessions;
+pub mod state;
+pub mod transport;
+
+pub use config::GatewayConfig;
+pub use server::Gateway;

@@ -2,19 +2,19 @@
 
 use clap::Parser;
 use cloud_gateway::cli::GatewayArgs;
-use cloud_gateway::server::Gateway;
+use cloud_gateway::Gateway;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = GatewayArgs::parse();
     common::telemetry::init_logging(&args.log)?;
     let config = args.gateway_config()?;
-    let (backend, facts) = tokio::task::spawn_blocking({
+    let backend = tokio::task::spawn_blocking({
         let args = args.clone();
         move || args.load_backend()
     })
     .await??;
-    let gateway = Gateway::start(config, backend, facts).await?;
+    let gateway = Gateway::start(config, backend).await?;
     eprintln!("cloud-gateway ready on quic://{} (http {:?})", gateway.local_addr()?, gateway.http_addr);
     tokio::signal::ctrl_c().await?;
     tracing::info!("shutting down");

@@ -1,16 +1,12 @@
-//! Duet's shared core, used by the edge node, the cloud gateway and the load tester.
-//!
-//! Everything here is free of network I/O so that it can be tested alone: the model runtime
-//! ([`runtime`]), sampling ([`sampling`]), the chat template ([`chat`]), tokenizer loading and
-//! fingerprinting ([`tokenizer`]) and the on-disk model layout ([`model_files`]).
+//! What both ends of Duet must agree on, and nothing that needs a model or a socket: the wire
+//! protocol ([`protocol`]), the edge–gateway exchange as state machines with time passed in
+//! ([`exchange`]), the tokenizer fingerprint ([`fingerprint`]), sampling parameters and the sampler both
+//! ends run ([`sampling`]), and the
+//! logging set-up every binary shares ([`telemetry`]). The ONNX model runtime is the
+//! `model-runtime` crate; docs/ARCHITECTURE.md shows where each piece sits on the data path.
 
-pub mod chat;
-pub mod cqa;
-pub mod detokenize;
-pub mod model_files;
+pub mod exchange;
+pub mod fingerprint;
 pub mod protocol;
-pub mod router_model;
-pub mod runtime;
 pub mod sampling;
 pub mod telemetry;
-pub mod tokenizer;

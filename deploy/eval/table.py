@@ -8,6 +8,7 @@ any choice). Standard library only.
     deploy/eval/table.py $DUET_HOME/eval/full-all-0.1/items.jsonl --skip 100
     deploy/eval/table.py $DUET_HOME/eval/served-100-0.1-longdeadline/items.jsonl \
         --same-as $DUET_HOME/eval/sweep/items.jsonl --run router@0.100
+    deploy/eval/table.py new/items.jsonl --same-runs old/items.jsonl   # every run, by name
 """
 import argparse
 import json
@@ -108,14 +109,39 @@ def compare(items, reference, run):
           f"token, {same_answer} answers identical; correctness changed: {flips}")
 
 
+def compare_runs(items, reference):
+    """Every run of `items` against the run of the same name in `reference`, token for token."""
+    ref = {(item["id"], r["run"]): r for item in reference for r in item["runs"]}
+    per_run = {}
+    for item in items:
+        for r in item["runs"]:
+            other = ref.get((item["id"], r["run"]))
+            if other is None:
+                continue
+            s = per_run.setdefault(r["run"], {"n": 0, "text": 0, "escalated": 0, "differ": []})
+            s["n"] += 1
+            s["text"] += r["text"] == other["text"]
+            s["escalated"] += r["escalated"] == other["escalated"]
+            if r["text"] != other["text"]:
+                s["differ"].append(item["id"])
+    print("| run | items | identical texts | identical escalation counts | items that differ |")
+    print("|---|---|---|---|---|")
+    for run, s in per_run.items():
+        print(f"| {run} | {s['n']} | {s['text']} | {s['escalated']} | {' '.join(s['differ']) or '-'} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("items", help="items.jsonl written by `edge-node eval-cqa`")
+    ap.add_argument("items", help="items.jsonl written by `router-lab eval-cqa`")
     ap.add_argument("--skip", type=int, default=100, help="items the operating point was chosen on")
     ap.add_argument("--same-as", help="items.jsonl of an in-process run to compare the first run with")
     ap.add_argument("--run", default="router@0.100", help="the run of --same-as to compare with")
+    ap.add_argument("--same-runs", help="items.jsonl of another in-process run: compare every run by name")
     a = ap.parse_args()
     items = load(a.items)
+    if a.same_runs:
+        compare_runs(items, load(a.same_runs))
+        return
     if a.same_as:
         print(table(summarise(items)))
         compare(items, load(a.same_as), a.run)

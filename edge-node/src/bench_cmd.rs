@@ -6,11 +6,11 @@
 use std::time::Instant;
 
 use clap::Args;
-use common::runtime::{CausalLm, KvCache};
+use model_runtime::{CausalLm, KvCache};
 use common::sampling::argmax;
 use serde::Serialize;
 
-use crate::model_args::ModelArgs;
+use edge_node::args::ModelArgs;
 use crate::proc_stats::peak_rss_mib;
 
 /// Options of `edge-node bench`.
@@ -71,7 +71,7 @@ struct Report {
 }
 
 /// Median microseconds of router scoring on real SLM outputs.
-fn time_router(path: &std::path::Path, lm: &mut CausalLm, tok: &common::tokenizer::Tokenizer, cache: &mut KvCache, step_ms: f64) -> anyhow::Result<RouterCost> {
+fn time_router(path: &std::path::Path, lm: &mut CausalLm, tok: &model_runtime::tokenizer::Tokenizer, cache: &mut KvCache, step_ms: f64) -> anyhow::Result<RouterCost> {
     let m = lm.manifest().clone();
     let mut router = edge_node::router::MlpRouter::load(path, &m.id, tok.fingerprint(), m.hidden_size)?;
     cache.clear();
@@ -106,7 +106,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Realistic token ids: the tokenizer's encoding of varied text, repeated to length.
-fn filler(tok: &common::tokenizer::Tokenizer, n: usize) -> anyhow::Result<Vec<u32>> {
+fn filler(tok: &model_runtime::tokenizer::Tokenizer, n: usize) -> anyhow::Result<Vec<u32>> {
     let base = tok.encode(
         "The quick brown fox jumps over the lazy dog. def fibonacci(n):\n    if n < 2:\n        return n\n    \
          return fibonacci(n - 1) + fibonacci(n - 2)\nPack my box with five dozen liquor jugs; 0123456789.\n",

@@ -1,17 +1,24 @@
-//! `edge-node generate`: local generation with streamed output.
+//! `edge-node generate`: one decode, local (no `--gateway`) or routed to the cloud, streamed
+//! to stdout (cloud tokens highlighted) or reported as one JSON object.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::ops::ControlFlow;
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use common::chat::{render, Message, Role};
-use common::detokenize::StreamDecoder;
-use common::runtime::{fit_prompt, generate, GenerationStats, PromptPolicy};
-use common::sampling::{Sampler, SamplingParams};
+use common::exchange::LinkHealth;
+use common::protocol::WireSampling;
+use edge_node::args::{build_router, deadline_policy, link_config, CloudArgs, ModelArgs, SamplingArgs};
+use edge_node::decode::{decode, DecodeParams, DecodeStats, Emitted, NoCloud, OnnxSlm, TokenSource};
+use edge_node::link::{next_session_id, Link};
+use edge_node::link_cloud::LinkCloud;
+use model_runtime::chat::{render, Message, Role};
+use model_runtime::detokenize::StreamDecoder;
+use model_runtime::tokenizer::Tokenizer;
+use model_runtime::{fit_prompt, PromptPolicy};
 use serde::Serialize;
 
-use crate::model_args::ModelArgs;
 use crate::proc_stats::peak_rss_mib;
 
 /// Options of `edge-node generate`.
@@ -43,104 +50,70 @@ pub struct GenerateArgs {
     pub cloud: CloudArgs,
 }
 
-/// Routing to the cloud gateway (off unless --gateway is given).
-#[derive(Debug, Clone, Args)]
-pub struct CloudArgs {
-    /// Gateway address (host:port); without it generation is local-only.
-    #[arg(long, env = "DUET_GATEWAY")]
-    pub gateway: Option<String>,
-    /// Escalate a token when the router's confidence is below tau (0 = never, 1 = always).
-    #[arg(long, env = "DUET_TAU", default_value_t = 0.5, value_parser = parse_unit)]
-    pub tau: f32,
-    /// Instead of --tau: the share of tokens to escalate, turned into tau by the router file's
-    /// calibration table (needs --router FILE).
-    #[arg(long, env = "DUET_ESCALATION_RATE", value_parser = parse_unit, conflicts_with = "tau")]
-    pub escalation_rate: Option<f32>,
-    /// Routing policy: `confidence` (the SLM's top probability) or a trained router file
-    /// (from `edge-node router-train`) made for this SLM.
-    #[arg(long, env = "DUET_ROUTER", default_value = "confidence")]
-    pub router: String,
-    /// The gateway's certificate (PEM); default: $DUET_HOME/gateway-cert.pem, which a local gateway writes.
-    #[arg(long, env = "DUET_CA_CERT")]
-    pub ca_cert: Option<std::path::PathBuf>,
-    /// Skip TLS verification of the gateway (development only).
-    #[arg(long, env = "DUET_INSECURE")]
-    pub insecure: bool,
-    /// TLS name of the gateway.
-    #[arg(long, env = "DUET_SERVER_NAME", default_value = "localhost")]
-    pub server_name: String,
-    /// Shared secret the gateway expects.
-    #[arg(long, env = "DUET_AUTH_TOKEN", default_value = "", hide_env_values = true)]
-    pub auth_token: String,
-    /// This device's id (default: host name and process id).
-    #[arg(long, env = "DUET_DEVICE_ID")]
-    pub device_id: Option<String>,
-    /// How long to wait for the first connection before starting (generation never waits later).
-    #[arg(long, env = "DUET_CONNECT_WAIT_MS", default_value_t = 3000)]
-    pub connect_wait_ms: u64,
-    /// Shortest wait for a cloud token, ms.
-    #[arg(long, env = "DUET_DEADLINE_MIN_MS", default_value_t = 30)]
-    pub deadline_min_ms: u64,
-    /// Longest wait for a cloud token, ms: past it the SLM's token is used.
-    #[arg(long, env = "DUET_DEADLINE_MAX_MS", default_value_t = 3000)]
-    pub deadline_max_ms: u64,
-    /// Expected LLM time per context token sent, ms, until the gateway's answers measure it
-    /// (lengthens the deadline of long deltas).
-    #[arg(long, env = "DUET_DEADLINE_PER_TOKEN_MS", default_value_t = 25)]
-    pub deadline_per_token_ms: u64,
-    /// Do not send the prompt to the gateway ahead of the first hard token.
-    #[arg(long, env = "DUET_NO_PRESYNC")]
-    pub no_presync: bool,
-    /// Highlight cloud tokens: auto (when stdout is a terminal), always, never.
-    #[arg(long, env = "DUET_COLOR", default_value = "auto", value_parser = ["auto", "always", "never"])]
-    pub color: String,
-}
-
-pub fn parse_unit(s: &str) -> Result<f32, String> {
-    let v: f32 = s.parse().map_err(|e| format!("`{s}` is not a number: {e}"))?;
-    if (0.0..=1.0).contains(&v) {
-        Ok(v)
-    } else {
-        Err(format!("{v} is outside [0, 1]"))
-    }
-}
-
-/// Sampling options (greedy by default).
-#[derive(Debug, Clone, Args)]
-pub struct SamplingArgs {
-    /// Sampling temperature; 0 = greedy.
-    #[arg(long, env = "DUET_TEMPERATURE", default_value_t = 0.0)]
-    pub temperature: f32,
-    /// Sample only among the k most likely tokens (0 = all).
-    #[arg(long, env = "DUET_TOP_K", default_value_t = 0)]
-    pub top_k: usize,
-    /// Nucleus sampling mass (1.0 = off).
-    #[arg(long, env = "DUET_TOP_P", default_value_t = 1.0)]
-    pub top_p: f32,
-    /// Seed for reproducible sampling.
-    #[arg(long, env = "DUET_SEED")]
-    pub seed: Option<u64>,
-}
-
-impl SamplingArgs {
-    /// As validated sampling parameters.
-    pub fn params(&self) -> anyhow::Result<SamplingParams> {
-        let p = SamplingParams { temperature: self.temperature, top_k: self.top_k, top_p: self.top_p, seed: self.seed };
-        p.validate()?;
-        Ok(p)
-    }
+#[derive(Serialize)]
+struct Piece {
+    text: String,
+    source: TokenSource,
 }
 
 #[derive(Serialize)]
-struct JsonReport<'a> {
+struct Report<'a> {
     model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gateway: Option<&'a str>,
+    router: &'a str,
+    tau: f32,
     text: String,
     prompt_token_ids: &'a [u32],
-    token_ids: &'a [u32],
+    token_ids: Vec<u32>,
+    sources: Vec<TokenSource>,
+    pieces: Vec<Piece>,
     #[serde(flatten)]
-    stats: &'a GenerationStats,
-    total_ms: f64,
+    stats: DecodeStats,
     peak_rss_mib: Option<f64>,
+}
+
+/// Streams committed tokens to stdout as text, cloud tokens highlighted.
+struct Printer<'a> {
+    tok: &'a Tokenizer,
+    decoder: StreamDecoder,
+    color: bool,
+    quiet: bool,
+    stop: Vec<u32>,
+    ids: Vec<u32>,
+    sources: Vec<TokenSource>,
+    pieces: Vec<Piece>,
+    write_error: Option<std::io::Error>,
+}
+
+impl Printer<'_> {
+    fn on_token(&mut self, e: Emitted<'_>) -> ControlFlow<()> {
+        self.ids.push(e.token);
+        self.sources.push(e.source);
+        if self.stop.contains(&e.token) {
+            return ControlFlow::Continue(());
+        }
+        match self.decoder.push(self.tok, e.token) {
+            Ok(Some(text)) => {
+                if !self.quiet {
+                    let styled = match (self.color, e.source) {
+                        (true, TokenSource::Cloud) => format!("\x1b[1;30;42m{text}\x1b[0m"),
+                        (true, TokenSource::Fallback) => format!("\x1b[33m{text}\x1b[0m"),
+                        _ => text.clone(),
+                    };
+                    let mut out = std::io::stdout().lock();
+                    if let Err(err) = out.write_all(styled.as_bytes()).and_then(|_| out.flush()) {
+                        self.write_error = Some(err);
+                        return ControlFlow::Break(());
+                    }
+                }
+                self.pieces.push(Piece { text, source: e.source });
+            }
+            Ok(None) => {}
+            Err(err) => tracing::warn!("detokenizing: {err}"),
+        }
+        ControlFlow::Continue(())
+    }
 }
 
 /// Run the command.
@@ -169,61 +142,92 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             eprintln!("note: prompt truncated: dropped its first {dropped} tokens to fit --max-context {}", lm.max_context());
         }
     }
+    let (mut router, tau) = build_router(&args.cloud, &lm, &tok)?;
+    let router_name = router.name().to_string();
+    let model_id = lm.manifest().id.clone();
+    let color = match args.cloud.color.as_str() {
+        "always" => true,
+        "never" => false,
+        _ => std::io::stdout().is_terminal(),
+    };
+    let mut printer = Printer {
+        tok: &tok,
+        decoder: StreamDecoder::new(),
+        color,
+        quiet: args.json,
+        stop: lm.stop_tokens().to_vec(),
+        ids: Vec::new(),
+        sources: Vec::new(),
+        pieces: Vec::new(),
+        write_error: None,
+    };
     let mut cache = lm.new_cache(None)?;
-    if args.cloud.gateway.is_some() {
-        return crate::routed_cmd::run(&args, &mut lm, &tok, &mut cache, prompt, dropped, sampling);
-    }
-    let mut sampler = Sampler::new(sampling)?;
-    let mut decoder = StreamDecoder::new();
-    let mut out_ids = Vec::new();
-    let stdout = std::io::stdout();
-    let mut stdout = stdout.lock();
-    let started = std::time::Instant::now();
-    let stop = lm.stop_tokens().to_vec();
-    let mut write_err = None;
-    let mut stats = generate(&mut lm, &mut cache, prompt, args.max_new_tokens, &mut sampler, |t| {
-        out_ids.push(t);
-        if !args.json && !stop.contains(&t) {
-            match decoder.push(&tok, t) {
-                Ok(Some(piece)) => {
-                    if let Err(e) = stdout.write_all(piece.as_bytes()).and_then(|_| stdout.flush()) {
-                        write_err = Some(e);
-                        return ControlFlow::Break(());
+    let mut slm = OnnxSlm::new(&mut lm, &mut cache, sampling)?;
+    let gateway = args.cloud.gateway.clone();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let mut stats = rt.block_on(async {
+        match &gateway {
+            None => {
+                let params = DecodeParams { max_new_tokens: args.max_new_tokens, tau: 0.0 };
+                Ok(decode(&mut slm, router.as_mut(), &mut NoCloud, prompt, params, |e| printer.on_token(e)).await?)
+            }
+            Some(addr) => {
+                let link = Link::start(link_config(&args.cloud, &tok, &model_id)?)?;
+                let service = match link.wait_up(Duration::from_millis(args.cloud.connect_wait_ms)).await {
+                    Some(c) => Duration::from_millis(u64::from(c.limits.service_time_ms)),
+                    None => {
+                        tracing::warn!("gateway {addr} not reachable yet; starting anyway (hard tokens fall back until it is)");
+                        Duration::ZERO
                     }
-                }
-                Ok(None) => {}
-                Err(e) => tracing::warn!("detokenizing: {e}"),
+                };
+                let health = LinkHealth::new(deadline_policy(&args.cloud), service);
+                let mut cloud = LinkCloud::new(&link, next_session_id(), WireSampling::from(sampling), health, !args.cloud.no_presync);
+                let params = DecodeParams { max_new_tokens: args.max_new_tokens, tau };
+                anyhow::Ok(decode(&mut slm, router.as_mut(), &mut cloud, prompt, params, |e| printer.on_token(e)).await?)
             }
         }
-        ControlFlow::Continue(())
     })?;
-    if let Some(e) = write_err {
+    stats.truncated_tokens = dropped;
+    if let Some(e) = printer.write_error.take() {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             return Ok(());
         }
         return Err(e).context("writing to stdout");
     }
-    stats.truncated_tokens = dropped;
-    let total_ms = started.elapsed().as_secs_f64() * 1e3;
+    let mut out = std::io::stdout().lock();
+    if let Ok(Some(rest)) = printer.decoder.flush(&tok) {
+        if !args.json {
+            out.write_all(rest.as_bytes())?;
+        }
+        printer.pieces.push(Piece { text: rest, source: TokenSource::Slm });
+    }
     if args.json {
-        let text = tok.decode(&out_ids)?;
-        let report = JsonReport {
-            model: &lm.manifest().id,
-            text,
+        let report = Report {
+            model: &model_id,
+            gateway: gateway.as_deref(),
+            router: &router_name,
+            tau: if gateway.is_some() { tau } else { 0.0 },
+            text: tok.decode(&printer.ids)?,
             prompt_token_ids: prompt,
-            token_ids: &out_ids,
-            stats: &stats,
-            total_ms,
+            token_ids: printer.ids,
+            sources: printer.sources,
+            pieces: printer.pieces,
+            stats,
             peak_rss_mib: peak_rss_mib(),
         };
-        serde_json::to_writer_pretty(&mut stdout, &report)?;
-        writeln!(stdout)?;
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
     } else {
-        if let Some(rest) = decoder.flush(&tok)? {
-            stdout.write_all(rest.as_bytes())?;
+        writeln!(out)?;
+        if gateway.is_some() {
+            let s = &stats;
+            eprintln!(
+                "[{} tokens: {} from the cloud, {} escalated, {} fell back; {:.1} tokens/s; {} B sent, {} B received]",
+                s.tokens, s.cloud_tokens, s.escalated, s.fallbacks, s.tokens_per_s, s.bytes_sent, s.bytes_received
+            );
+        } else {
+            tracing::info!(?stats, "generation finished");
         }
-        writeln!(stdout)?;
-        tracing::info!(?stats, "generation finished");
     }
     Ok(())
 }

@@ -1,8 +1,11 @@
-//! Duet's edge node as a library: the routed decode loop, the QUIC link to the gateway, routing
-//! policies and fallback logic. The `edge-node` binary, the fleet and the load tester use it.
+//! Duet's edge node as a library: the one decode loop, routing policies, the router file, and
+//! the QUIC link that carries the edge side of the exchange. The `edge-node` binary, the
+//! router lab and the load tester use it.
 
-pub mod deadline;
+pub mod args;
+pub mod decode;
 pub mod link;
-pub mod routed;
+pub mod link_cloud;
 pub mod router;
+pub mod router_file;
 pub mod tls;

@@ -3,7 +3,9 @@
 //! It connects, says `Hello`, publishes the live connection through a watch channel, and when
 //! the connection drops it reconnects with exponential back-off and jitter, without the user
 //! doing anything. Escalations never wait for a connection: if the link is down they fail at
-//! once and the decode loop takes the SLM's token.
+//! once and the decode loop takes the SLM's token. What to send and what replies mean is
+//! decided by the exchange ([`common::exchange`]); the link carries bytes, one request stream
+//! per frame.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -12,7 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use common::protocol::{decode_frame, encode_frame, Frame, Limits, RejectReason, DEFAULT_MAX_FRAME_BYTES, PROTOCOL_VERSION};
+use common::exchange::edge::{hello, read_handshake, HandshakeAnswer};
+use common::exchange::LinkView;
+use common::protocol::{decode_frame, encode_frame, Frame, Limits, DEFAULT_MAX_FRAME_BYTES, HARD_MAX_FRAME_BYTES};
 use rand::Rng;
 use tokio::sync::watch;
 
@@ -52,6 +56,13 @@ pub struct Connected {
     pub generation: u64,
 }
 
+impl Connected {
+    /// Largest frame payload the gateway accepts on this connection.
+    pub fn max_frame_bytes(&self) -> usize {
+        usize::try_from(self.limits.max_frame_bytes).unwrap_or(usize::MAX).min(HARD_MAX_FRAME_BYTES)
+    }
+}
+
 /// What the link is doing.
 #[derive(Debug, Clone)]
 pub enum LinkState {
@@ -85,10 +96,20 @@ pub enum LinkError {
 /// Byte counters (frame bytes, length prefix included).
 #[derive(Debug, Default)]
 pub struct LinkCounters {
-    /// Frame bytes sent in escalations.
-    pub bytes_sent: AtomicU64,
-    /// Frame bytes received in replies.
-    pub bytes_received: AtomicU64,
+    bytes_sent: AtomicU64,
+    bytes_received: AtomicU64,
+}
+
+impl LinkCounters {
+    /// Frame bytes sent in requests so far.
+    pub fn sent(&self) -> u64 {
+        self.bytes_sent.load(Ordering::Relaxed)
+    }
+
+    /// Frame bytes received in replies so far.
+    pub fn received(&self) -> u64 {
+        self.bytes_received.load(Ordering::Relaxed)
+    }
 }
 
 /// Handle to the link task.
@@ -96,7 +117,6 @@ pub struct LinkCounters {
 pub struct Link {
     state: watch::Receiver<LinkState>,
     counters: Arc<LinkCounters>,
-    max_frame: usize,
     _task: Arc<LinkTask>,
 }
 
@@ -116,12 +136,20 @@ impl Link {
         endpoint.set_default_client_config(client);
         let (tx, rx) = watch::channel(LinkState::Connecting);
         let task = tokio::spawn(run_link(endpoint, config, tx));
-        Ok(Self { state: rx, counters: Arc::new(LinkCounters::default()), max_frame: DEFAULT_MAX_FRAME_BYTES, _task: Arc::new(LinkTask(task)) })
+        Ok(Self { state: rx, counters: Arc::new(LinkCounters::default()), _task: Arc::new(LinkTask(task)) })
     }
 
     /// The current state.
     pub fn state(&self) -> LinkState {
         self.state.borrow().clone()
+    }
+
+    /// The link as the exchange sees it when it decides.
+    pub fn view(&self) -> LinkView {
+        match &*self.state.borrow() {
+            LinkState::Up(c) => LinkView::Up { generation: c.generation, rtt: c.conn.rtt(), max_frame_bytes: c.max_frame_bytes() },
+            _ => LinkView::Down,
+        }
     }
 
     /// Wait until the link is up or `timeout` passes.
@@ -149,13 +177,26 @@ impl Link {
     /// `deadline`. Dropping the streams at the deadline tells the gateway to cancel the work.
     pub async fn request(&self, frame: &Frame, deadline: Instant) -> Result<(Frame, Connected), LinkError> {
         let LinkState::Up(connected) = self.state() else { return Err(LinkError::Down) };
-        let bytes = encode_frame(frame, self.max_frame).map_err(|e| LinkError::BadReply(e.to_string()))?;
+        let bytes = encode_frame(frame, connected.max_frame_bytes()).map_err(|e| LinkError::BadReply(e.to_string()))?;
+        let reply = self.exchange(&connected, &bytes, deadline).await?;
+        Ok((reply, connected))
+    }
+
+    /// Send one encoded frame (from the exchange) on its own stream and wait for the reply
+    /// until `deadline`.
+    pub async fn request_bytes(&self, bytes: &[u8], deadline: Instant) -> Result<Frame, LinkError> {
+        let LinkState::Up(connected) = self.state() else { return Err(LinkError::Down) };
+        self.exchange(&connected, bytes, deadline).await
+    }
+
+    async fn exchange(&self, connected: &Connected, bytes: &[u8], deadline: Instant) -> Result<Frame, LinkError> {
         let conn = connected.conn.clone();
-        let max = self.max_frame;
+        // Replies are small; the gateway's own limit bounds what it may send.
+        let max = DEFAULT_MAX_FRAME_BYTES.max(connected.max_frame_bytes());
         let counters = self.counters.clone();
         let work = async move {
             let (mut send, mut recv) = conn.open_bi().await.map_err(|e| LinkError::Transport(e.to_string()))?;
-            send.write_all(&bytes).await.map_err(|e| LinkError::Transport(e.to_string()))?;
+            send.write_all(bytes).await.map_err(|e| LinkError::Transport(e.to_string()))?;
             send.finish().map_err(|e| LinkError::Transport(e.to_string()))?;
             counters.bytes_sent.fetch_add(bytes.len() as u64, Ordering::Relaxed);
             let reply = recv.read_to_end(max + 4).await.map_err(|e| LinkError::Transport(e.to_string()))?;
@@ -163,8 +204,7 @@ impl Link {
             decode_frame(&reply, max).map_err(|e| LinkError::BadReply(e.to_string()))
         };
         match tokio::time::timeout_at(deadline.into(), work).await {
-            Ok(Ok(reply)) => Ok((reply, connected)),
-            Ok(Err(e)) => Err(e),
+            Ok(result) => result,
             Err(_) => Err(LinkError::Timeout),
         }
     }
@@ -203,13 +243,7 @@ async fn connect_once(endpoint: &quinn::Endpoint, cfg: &LinkConfig, generation: 
         .await
         .map_err(|_| (false, "connect timed out".to_string()))?
         .map_err(|e| (false, e.to_string()))?;
-    let hello = Frame::Hello {
-        protocol_version: PROTOCOL_VERSION,
-        device_id: cfg.device_id.clone(),
-        auth: cfg.auth_token.clone(),
-        tokenizer_fingerprint: cfg.tokenizer_fingerprint.clone(),
-        slm_id: cfg.slm_id.clone(),
-    };
+    let hello = hello(&cfg.device_id, &cfg.auth_token, &cfg.tokenizer_fingerprint, &cfg.slm_id);
     let exchange = async {
         let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
         let bytes = encode_frame(&hello, DEFAULT_MAX_FRAME_BYTES).map_err(|e| e.to_string())?;
@@ -221,20 +255,14 @@ async fn connect_once(endpoint: &quinn::Endpoint, cfg: &LinkConfig, generation: 
     match tokio::time::timeout(Duration::from_secs(5), exchange).await {
         Err(_) => Err((false, "handshake timed out".into())),
         Ok(Err(e)) => Err((false, format!("handshake: {e}"))),
-        Ok(Ok(Frame::Welcome { gateway_id, llm_id, limits })) => {
-            tracing::info!(%gateway_id, %llm_id, rtt_ms = conn.rtt().as_millis() as u64, "connected to the gateway");
-            Ok(Connected { conn, limits, generation })
-        }
-        Ok(Ok(Frame::Reject { reason })) => {
-            let why = match reason {
-                RejectReason::TokenizerMismatch { expected } => format!("tokenizer mismatch: the gateway's LLM has tokenizer {expected}, this SLM has {}", cfg.tokenizer_fingerprint),
-                RejectReason::Auth => "authentication failed: check --auth-token / DUET_AUTH_TOKEN".into(),
-                RejectReason::Version { supported } => format!("protocol version {PROTOCOL_VERSION} not supported (gateway speaks {supported})"),
-                other => format!("{other:?}"),
-            };
-            Err((true, why))
-        }
-        Ok(Ok(other)) => Err((false, format!("unexpected {} frame in the handshake", other.kind()))),
+        Ok(Ok(reply)) => match read_handshake(reply, &cfg.tokenizer_fingerprint) {
+            HandshakeAnswer::Welcome { gateway_id, llm_id, limits } => {
+                tracing::info!(%gateway_id, %llm_id, rtt_ms = conn.rtt().as_millis() as u64, "connected to the gateway");
+                Ok(Connected { conn, limits, generation })
+            }
+            HandshakeAnswer::Refused(why) => Err((true, why)),
+            HandshakeAnswer::Unexpected(why) => Err((false, why)),
+        },
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use common::router_model::{MlpRouterModel, RouterFileError};
+use crate::router_file::{MlpRouterModel, RouterFileError};
 use common::sampling::DistributionStats;
 
 /// What a router sees at each step.
@@ -54,6 +54,11 @@ impl MlpRouter {
         Ok(Self { model })
     }
 
+    /// A router over an already loaded (and checked) model.
+    pub fn from_model(model: MlpRouterModel) -> Self {
+        Self { model }
+    }
+
     /// The loaded model (metadata and calibration tables).
     pub fn model(&self) -> &MlpRouterModel {
         &self.model
@@ -66,6 +71,29 @@ impl Router for MlpRouter {
     }
     fn confidence(&mut self, input: &RouterInput<'_>) -> f32 {
         self.model.confidence(input.hidden, input.stats.top_prob, input.stats.entropy)
+    }
+}
+
+/// The baseline every router must beat: a uniform random confidence, so `tau` is the share of
+/// tokens escalated whatever they are. Seeded, for reproducible evaluations.
+#[derive(Debug, Clone)]
+pub struct RandomRouter<R> {
+    rng: R,
+}
+
+impl<R: rand::Rng + Send> RandomRouter<R> {
+    /// Draw confidences from `rng`.
+    pub fn new(rng: R) -> Self {
+        Self { rng }
+    }
+}
+
+impl<R: rand::Rng + Send> Router for RandomRouter<R> {
+    fn name(&self) -> &str {
+        "random"
+    }
+    fn confidence(&mut self, _input: &RouterInput<'_>) -> f32 {
+        self.rng.random::<f32>()
     }
 }
 

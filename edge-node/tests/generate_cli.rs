@@ -19,7 +19,7 @@ fn slm_answers_paris_in_chat_mode() {
     assert_eq!(v["finish_reason"], "stop");
     assert!(v["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
     assert!(v["prefill_ms"].as_f64().unwrap() > 0.0);
-    assert_eq!(v["generated_tokens"].as_u64().unwrap() as usize, v["token_ids"].as_array().unwrap().len());
+    assert_eq!(v["tokens"].as_u64().unwrap() as usize, v["token_ids"].as_array().unwrap().len());
 }
 
 #[test]
@@ -79,7 +79,7 @@ fn missing_model_names_the_prepare_command() {
     let out = Command::new(env!("CARGO_BIN_EXE_edge-node"))
         .args(["generate", "--prompt", "hi"])
         .env("DUET_HOME", dir.path())
-        .env("ORT_DYLIB_PATH", common::runtime::env::ort_library_path())
+        .env("ORT_DYLIB_PATH", model_runtime::env::ort_library_path())
         .output()
         .unwrap();
     assert!(!out.status.success());

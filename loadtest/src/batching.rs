@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
-use cloud_gateway::backend::{Backend, BackendRequest, EmbeddedBackend, EmbeddedOptions, SessionKey};
-use common::model_files::DEFAULT_LLM;
+use cloud_gateway::backend::{Backend, BackendRequest, EmbeddedBackend, EmbeddedOptions};
+use cloud_gateway::sessions::SessionKey;
 use common::sampling::SamplingParams;
+use model_runtime::model_files::DEFAULT_LLM;
 use serde::Serialize;
 
 /// Options of `loadtest batching`.

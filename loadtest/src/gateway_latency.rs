@@ -5,11 +5,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clap::{Args, Parser};
-use cloud_gateway::cli::GatewayArgs;
-use cloud_gateway::server::{Gateway, ModelFacts};
+use clap::Args;
+use cloud_gateway::config::{BatcherConfig, CertSource, GatewayConfig};
+use cloud_gateway::Gateway;
 use common::protocol::{ContextTracker, Frame, WireSampling};
 use edge_node::link::{Link, LinkConfig};
+use model_runtime::model_files::{ModelFiles, DEFAULT_SLM};
 use serde::Serialize;
 
 use crate::fixed_backend::FixedCostBackend;
@@ -66,20 +67,22 @@ pub fn run(args: LatencyArgs) -> anyhow::Result<()> {
         let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
         std::fs::write(&cert, ck.cert.pem())?;
         std::fs::write(&key, ck.signing_key.serialize_pem())?;
-        let gw_args = GatewayArgs::parse_from([
-            "cloud-gateway".to_string(),
-            "--listen=127.0.0.1:0".into(),
-            "--http-listen=off".into(),
-            format!("--tls-cert={}", cert.display()),
-            format!("--tls-key={}", key.display()),
-            format!("--max-batch={}", args.max_batch),
-            format!("--max-wait-ms={}", args.max_wait_ms),
-            "--queue-capacity=100000".into(),
-        ]);
-        let fingerprint = common::model_files::ModelFiles::locate(common::model_files::DEFAULT_SLM)?.manifest.tokenizer_fingerprint;
-        let facts = ModelFacts { llm_id: "fixed-cost".into(), tokenizer_fingerprint: fingerprint.clone(), vocab_size: 151_936, max_context: 32_768 };
-        let backend = Box::new(FixedCostBackend { cost: Duration::from_millis(args.cost_ms), vocab: 151_936 });
-        let gw = Gateway::start(gw_args.gateway_config()?, backend, facts).await?;
+        let config = GatewayConfig {
+            listen: "127.0.0.1:0".parse()?,
+            http_listen: None,
+            cert: CertSource::Files { cert: cert.clone(), key },
+            batcher: BatcherConfig {
+                max_batch: args.max_batch as usize,
+                max_wait: Duration::from_millis(args.max_wait_ms),
+                queue_capacity: 100_000,
+            },
+            ..GatewayConfig::default()
+        };
+        // Devices run the default SLM; the stand-in LLM shares its tokenizer and vocabulary.
+        let slm = ModelFiles::locate(DEFAULT_SLM)?.manifest;
+        let fingerprint = slm.tokenizer_fingerprint.clone();
+        let backend = Box::new(FixedCostBackend::new(Duration::from_millis(args.cost_ms), &slm));
+        let gw = Gateway::start(config, backend).await?;
         let addr = gw.local_addr()?;
         let mut links = Vec::new();
         for d in 0..args.devices {

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use super::{Backend, BackendError, BackendRequest, BackendToken, SessionKey};
+use super::{Backend, BackendError, BackendRequest, BackendToken, ModelFacts};
+use crate::sessions::SessionKey;
 
 /// Adds `delay` before each batch of the inner backend.
 pub struct DelayBackend<B> {
@@ -22,11 +23,8 @@ impl<B: Backend> Backend for DelayBackend<B> {
     fn name(&self) -> &str {
         self.inner.name()
     }
-    fn model_id(&self) -> &str {
-        self.inner.model_id()
-    }
-    fn max_context(&self) -> usize {
-        self.inner.max_context()
+    fn facts(&self) -> ModelFacts {
+        self.inner.facts()
     }
     fn next_tokens(&mut self, batch: &[BackendRequest]) -> Vec<Result<BackendToken, BackendError>> {
         std::thread::sleep(self.delay);

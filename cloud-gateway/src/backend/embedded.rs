@@ -2,14 +2,16 @@
 //!
 //! Each session keeps a KV cache (LRU-bounded by count). An escalation carries the session's
 //! whole context; the cache already holds all of it but the delta sent since the last
-//! escalation, so the work per escalation is a short prefill of that delta (see DESIGN §5).
+//! escalation, so the work per escalation is a short prefill of that delta (see
+//! docs/ARCHITECTURE.md).
 //! Caches start small and grow, so memory follows the contexts actually seen.
 
-use common::model_files::ModelFiles;
-use common::runtime::{CausalLm, KvCache, LmOptions, RuntimeError};
 use common::sampling::Sampler;
+use model_runtime::model_files::{ModelFiles, DEFAULT_LLM};
+use model_runtime::{CausalLm, KvCache, LmOptions, RuntimeError};
 
-use super::{Backend, BackendError, BackendRequest, BackendToken, SessionKey};
+use super::{Backend, BackendError, BackendRequest, BackendToken, ModelFacts};
+use crate::sessions::SessionKey;
 
 /// Settings of the embedded backend.
 #[derive(Debug, Clone)]
@@ -24,6 +26,14 @@ pub struct EmbeddedOptions {
     pub max_cached_sessions: usize,
 }
 
+impl Default for EmbeddedOptions {
+    /// The CLI's defaults: the default LLM on every core, 4096-token contexts, 16 cached
+    /// sessions.
+    fn default() -> Self {
+        Self { model: DEFAULT_LLM.into(), threads: 0, max_context: 4096, max_cached_sessions: 16 }
+    }
+}
+
 struct CachedSession {
     key: SessionKey,
     cache: KvCache,
@@ -36,7 +46,6 @@ pub struct EmbeddedBackend {
     sessions: Vec<CachedSession>,
     max_cached: usize,
     clock: u64,
-    model_id: String,
 }
 
 impl EmbeddedBackend {
@@ -44,19 +53,7 @@ impl EmbeddedBackend {
     pub fn load(opts: &EmbeddedOptions) -> Result<Self, RuntimeError> {
         let files = ModelFiles::locate(&opts.model)?;
         let lm = CausalLm::load(files, &LmOptions { threads: opts.threads, max_context: opts.max_context })?;
-        let model_id = lm.manifest().id.clone();
-        Ok(Self { lm, sessions: Vec::new(), max_cached: opts.max_cached_sessions.max(1), clock: 0, model_id })
-    }
-
-    /// What the gateway announces and checks about this model.
-    pub fn facts(&self) -> crate::server::ModelFacts {
-        let m = self.lm.manifest();
-        crate::server::ModelFacts {
-            llm_id: m.id.clone(),
-            tokenizer_fingerprint: m.tokenizer_fingerprint.clone(),
-            vocab_size: m.vocab_size,
-            max_context: self.lm.max_context(),
-        }
+        Ok(Self { lm, sessions: Vec::new(), max_cached: opts.max_cached_sessions.max(1), clock: 0 })
     }
 
     /// Capacity for a context of `need` tokens: room to grow, bounded by the model limit.
@@ -91,8 +88,8 @@ impl EmbeddedBackend {
         Ok(self.sessions.len() - 1)
     }
 
-    /// Validate a request, find its cache and cut it back to the longest prefix it shares with
-    /// the request's context; returns the cache index and the tokens still to run.
+    /// Validate a request, find its cache and cut it back to what it can reuse of the
+    /// request's context; returns the cache index and the tokens still to run.
     fn prepare(&mut self, req: &BackendRequest, protect_from: u64) -> Result<(usize, Vec<u32>), BackendError> {
         let ctx = &req.context[..];
         let max = self.lm.max_context();
@@ -108,13 +105,9 @@ impl EmbeddedBackend {
         }
         let i = self.slot(&req.session, ctx.len() + 1, protect_from).map_err(|e| BackendError::Failed(e.to_string()))?;
         let cache = &mut self.sessions[i].cache;
-        let mut common = cache.tokens().iter().zip(ctx).take_while(|(a, b)| a == b).count();
-        if common == ctx.len() {
-            // Everything is cached but the logits of the last position are not: recompute it.
-            common -= 1;
-        }
-        cache.truncate(common);
-        Ok((i, ctx[common..].to_vec()))
+        let keep = cache.reusable_prefix(ctx);
+        cache.truncate(keep);
+        Ok((i, ctx[keep..].to_vec()))
     }
 
     fn sample(req: &BackendRequest, logits: &[f32]) -> Result<BackendToken, BackendError> {
@@ -146,11 +139,8 @@ impl Backend for EmbeddedBackend {
     fn name(&self) -> &str {
         "embedded"
     }
-    fn model_id(&self) -> &str {
-        &self.model_id
-    }
-    fn max_context(&self) -> usize {
-        self.lm.max_context()
+    fn facts(&self) -> ModelFacts {
+        ModelFacts::of_manifest(self.lm.manifest(), self.lm.max_context())
     }
     fn next_tokens(&mut self, batch: &[BackendRequest]) -> Vec<Result<BackendToken, BackendError>> {
         let protect_from = self.clock + 1;

@@ -1,7 +1,10 @@
 //! LLM backends behind one small trait, so the batcher does not care where tokens come from.
 //!
 //! A backend is driven from one blocking worker thread, one batch at a time; it returns one
-//! result per request, in request order.
+//! result per request, in request order. It also says what it serves ([`ModelFacts`]): the
+//! gateway announces those facts in `Welcome` and checks devices against them, so they come
+//! from the one component that knows the model rather than from configuration that could
+//! disagree with it.
 
 mod delay;
 mod embedded;
@@ -12,14 +15,37 @@ pub use delay::DelayBackend;
 pub use embedded::{EmbeddedBackend, EmbeddedOptions};
 
 use common::sampling::SamplingParams;
+use model_runtime::model_files::ModelManifest;
 
-/// Identifies one session of one device across the gateway.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct SessionKey {
-    /// The device, as authenticated at `Hello`.
-    pub device: Arc<str>,
-    /// The device's own session id.
-    pub session_id: u64,
+use crate::sessions::SessionKey;
+
+/// What a backend tells the gateway about its model: announced to devices, and the bounds
+/// every escalation is checked against before it reaches the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelFacts {
+    /// The LLM's id, announced in `Welcome`.
+    pub llm_id: String,
+    /// Fingerprint of the LLM's tokenizer; a device whose SLM tokenizes differently is refused
+    /// at `Hello`, because token ids would mean different things at both ends.
+    pub tokenizer_fingerprint: String,
+    /// Vocabulary size: token ids at or above it are refused before they reach the model.
+    pub vocab_size: usize,
+    /// Longest context the backend accepts, tokens (a session may hold one fewer: the token
+    /// asked for must fit too).
+    pub max_context: usize,
+}
+
+impl ModelFacts {
+    /// The facts of a prepared model (what `deploy/models/prepare` recorded in its manifest),
+    /// served with contexts of up to `max_context` tokens.
+    pub fn of_manifest(manifest: &ModelManifest, max_context: usize) -> Self {
+        Self {
+            llm_id: manifest.id.clone(),
+            tokenizer_fingerprint: manifest.tokenizer_fingerprint.clone(),
+            vocab_size: manifest.vocab_size,
+            max_context,
+        }
+    }
 }
 
 /// One escalation as the backend sees it: the session's whole token context, whose next token
@@ -50,7 +76,12 @@ pub struct BackendToken {
 pub enum BackendError {
     /// The context is longer than the backend accepts.
     #[error("context of {len} tokens exceeds the backend's limit of {max}")]
-    ContextTooLong { len: usize, max: usize },
+    ContextTooLong {
+        /// Tokens in the request's context.
+        len: usize,
+        /// Most tokens a context may hold.
+        max: usize,
+    },
     /// A token id is not in the LLM's vocabulary.
     #[error("invalid token in context: {0}")]
     InvalidToken(String),
@@ -59,14 +90,13 @@ pub enum BackendError {
     Failed(String),
 }
 
-/// Produces next tokens for batches of escalations.
+/// Produces next tokens for batches of escalations: the one seam between the gateway and
+/// whatever runs the LLM (in-process ONNX Runtime today, an external engine later).
 pub trait Backend: Send + 'static {
     /// Short name for logs and metrics.
     fn name(&self) -> &str;
-    /// Model id announced to devices in `Welcome`.
-    fn model_id(&self) -> &str;
-    /// Largest context accepted.
-    fn max_context(&self) -> usize;
+    /// What this backend serves; asked once, when the gateway starts.
+    fn facts(&self) -> ModelFacts;
     /// Answer every request of the batch (same length and order as `batch`).
     fn next_tokens(&mut self, batch: &[BackendRequest]) -> Vec<Result<BackendToken, BackendError>>;
     /// Forget per-session state (the session ended or expired).

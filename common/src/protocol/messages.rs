@@ -22,7 +22,7 @@ pub enum Frame {
         device_id: String,
         /// Bearer credential; opaque to the protocol.
         auth: String,
-        /// Lowercase hex SHA-256 from [`crate::tokenizer::fingerprint`].
+        /// Lowercase hex SHA-256 from [`crate::fingerprint::tokenizer_fingerprint`].
         tokenizer_fingerprint: String,
         /// The edge model's name, for metrics and to spot mismatched deployments.
         slm_id: String,
@@ -290,10 +290,14 @@ pub enum ErrorCode {
     BackendFailed,
     /// The deadline passed before the token was ready.
     DeadlineExpired,
-    /// A request arrived before a successful `Hello`/`Welcome`.
+    /// A request arrived before a successful `Hello`/`Welcome`. Not sent by v1 gateways (they
+    /// answer any first frame with `Welcome` or `Reject`); kept so later variants keep their
+    /// bincode index.
     NotWelcomed,
-    /// A bug or unexpected state on the sender's side.
+    /// A bug or unexpected state on the sender's side, or a gateway that is stopping.
     Internal,
+    /// The device already holds as many sessions as the gateway allows (`Limits::max_sessions`).
+    TooManySessions,
 }
 
 #[cfg(test)]

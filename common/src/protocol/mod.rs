@@ -3,8 +3,9 @@
 //!
 //! Nothing in here touches a socket or an executor, so every rule of the protocol (framing,
 //! size limits, context deltas, sequence ordering, late replies) can be tested and fuzzed
-//! without a network. The QUIC transport in `edge-node` and `cloud-gateway` only moves the
-//! bytes that [`encode_frame`] produces and feeds what it reads to a [`FrameDecoder`].
+//! without a network. The QUIC transports in `edge-node` and `cloud-gateway` only move the
+//! bytes that [`encode_frame`] produces; they read each request stream through a
+//! [`FrameDecoder`], which refuses an oversize frame from its length prefix before buffering it.
 //!
 //! Layout, one job per file:
 //! - [`messages`]: the [`Frame`] envelope and the types inside it.
@@ -41,6 +42,10 @@ pub const PROTOCOL_VERSION: u16 = 1;
 /// QUIC ALPN identifier; a peer speaking another protocol fails the TLS handshake instead of
 /// sending us bytes we would try to decode.
 pub const ALPN: &[u8] = b"duet/1";
+
+/// Longest deadline a device may ask for, in ms: the gateway caps `Escalate::deadline_ms` here
+/// and the device never asks for more (its prompt pre-sync asks for exactly this).
+pub const MAX_DEADLINE_MS: u32 = 30_000;
 
 /// Default cap on one frame's payload: far above any honest escalation (a full 4k-token
 /// context is ~12 KiB) yet small enough that a hostile peer cannot make us buffer much.

@@ -1,0 +1,163 @@
+//! Every setting of a gateway, in one struct.
+//!
+//! The binary maps its flags into [`GatewayConfig`] (see [`crate::cli`]); tests and the load
+//! tester write `GatewayConfig { .., ..GatewayConfig::default() }` directly, so there is one
+//! definition of each setting and of its default. The defaults run a gateway on one machine:
+//! loopback addresses and a self-signed certificate written where a local edge node looks for
+//! it. What connections derive from these settings together with the model's facts is
+//! computed once, in [`crate::state::Shared::new`].
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::protocol::{DEFAULT_MAX_FRAME_BYTES, HARD_MAX_FRAME_BYTES};
+use model_runtime::model_files::duet_home;
+
+/// Smallest frame limit a gateway accepts: below it an honest `Escalate` with a short context
+/// would not fit.
+const MIN_FRAME_BYTES: usize = 1024;
+
+/// Where the QUIC listener's certificate comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CertSource {
+    /// PEM files (chain and private key): production, where devices trust a real CA.
+    Files {
+        /// Certificate chain (PEM).
+        cert: PathBuf,
+        /// Private key (PEM).
+        key: PathBuf,
+    },
+    /// Generate a self-signed certificate for these names (development); its PEM is written
+    /// to `write_to` so that devices can pin it with `--ca-cert`.
+    SelfSigned {
+        /// DNS names and IP addresses the certificate covers.
+        names: Vec<String>,
+        /// Where to write the certificate's PEM, if anywhere.
+        write_to: Option<PathBuf>,
+    },
+}
+
+impl CertSource {
+    /// The development default: a self-signed certificate for loopback, written to
+    /// `$DUET_HOME/gateway-cert.pem`, where a local edge node finds it without flags.
+    pub fn self_signed_local() -> Self {
+        Self::SelfSigned { names: vec!["localhost".into(), "127.0.0.1".into()], write_to: Some(duet_home().join("gateway-cert.pem")) }
+    }
+}
+
+/// How escalations are gathered into backend calls, and how many may wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatcherConfig {
+    /// Most escalations per backend call.
+    pub max_batch: usize,
+    /// Longest an escalation waits for others before its batch is cut: the latency a device
+    /// pays for batching when traffic is light.
+    pub max_wait: Duration,
+    /// Most escalations queued or running; beyond it devices get `Busy` at once instead of
+    /// waiting out their deadlines.
+    pub queue_capacity: usize,
+}
+
+impl Default for BatcherConfig {
+    fn default() -> Self {
+        Self { max_batch: 16, max_wait: Duration::from_millis(3), queue_capacity: 256 }
+    }
+}
+
+/// Everything needed to run a gateway, apart from its backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayConfig {
+    /// UDP address of the QUIC listener.
+    pub listen: SocketAddr,
+    /// TCP address of the HTTP side port (`/metrics`, `/healthz`, `/readyz`); `None` = off.
+    pub http_listen: Option<SocketAddr>,
+    /// TLS certificate source.
+    pub cert: CertSource,
+    /// Shared secret devices present in `Hello`; `None` accepts any device (development only).
+    pub auth_token: Option<String>,
+    /// Name announced in `Welcome`, so a device's logs say which gateway answered.
+    pub gateway_id: String,
+    /// Largest accepted frame payload, bytes; bounds what one stream can make us buffer.
+    pub max_frame_bytes: usize,
+    /// Most sessions one device may hold; bounds one device's share of the session store.
+    pub max_sessions_per_device: usize,
+    /// Most connected devices; beyond it a device is refused with `Reject { Overloaded }`.
+    pub max_connections: usize,
+    /// Sessions idle this long are dropped (a device that vanished frees its memory).
+    pub session_idle: Duration,
+    /// QUIC idle timeout (devices keep alive below it).
+    pub idle_timeout: Duration,
+    /// Batching and admission.
+    pub batcher: BatcherConfig,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 4433)),
+            http_listen: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 9464))),
+            cert: CertSource::self_signed_local(),
+            auth_token: None,
+            gateway_id: "duet-gateway".into(),
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            max_sessions_per_device: 64,
+            max_connections: 10_000,
+            session_idle: Duration::from_secs(300),
+            idle_timeout: Duration::from_secs(30),
+            batcher: BatcherConfig::default(),
+        }
+    }
+}
+
+impl GatewayConfig {
+    /// The configuration a gateway actually runs with: limits that would make it useless are
+    /// refused, the others are brought into their sensible range (a frame limit within
+    /// 1 KiB..=16 MiB, at least one session, connection and second of idle time), and an
+    /// empty auth token means none.
+    pub fn validated(mut self) -> anyhow::Result<Self> {
+        anyhow::ensure!(self.batcher.queue_capacity > 0, "the queue capacity must be > 0");
+        anyhow::ensure!(self.batcher.max_batch > 0, "the batch size must be > 0");
+        self.auth_token = self.auth_token.filter(|t| !t.is_empty());
+        self.max_frame_bytes = self.max_frame_bytes.clamp(MIN_FRAME_BYTES, HARD_MAX_FRAME_BYTES);
+        self.max_sessions_per_device = self.max_sessions_per_device.max(1);
+        self.max_connections = self.max_connections.max(1);
+        self.session_idle = self.session_idle.max(Duration::from_secs(1));
+        Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_serves_loopback_with_a_certificate_a_local_edge_finds() {
+        let c = GatewayConfig::default();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:4433");
+        assert_eq!(c.http_listen.map(|a| a.to_string()).as_deref(), Some("127.0.0.1:9464"));
+        let CertSource::SelfSigned { write_to, .. } = &c.cert else { panic!("{:?}", c.cert) };
+        assert_eq!(write_to.as_deref(), Some(duet_home().join("gateway-cert.pem").as_path()));
+        assert_eq!(c.clone().validated().unwrap(), c, "the default needs no correction");
+    }
+
+    #[test]
+    fn validation_refuses_an_empty_queue_and_clamps_the_rest() {
+        let zero_queue = GatewayConfig { batcher: BatcherConfig { queue_capacity: 0, ..BatcherConfig::default() }, ..GatewayConfig::default() };
+        assert!(zero_queue.validated().is_err());
+        let odd = GatewayConfig {
+            auth_token: Some(String::new()),
+            max_frame_bytes: 1,
+            max_sessions_per_device: 0,
+            max_connections: 0,
+            session_idle: Duration::ZERO,
+            ..GatewayConfig::default()
+        }
+        .validated()
+        .unwrap();
+        assert_eq!(odd.auth_token, None);
+        assert_eq!(odd.max_frame_bytes, MIN_FRAME_BYTES);
+        assert_eq!((odd.max_sessions_per_device, odd.max_connections), (1, 1));
+        assert_eq!(odd.session_idle, Duration::from_secs(1));
+    }
+}

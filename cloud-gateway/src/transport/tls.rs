@@ -1,0 +1,61 @@
+//! TLS for the QUIC listener: certificate and key from PEM files in production, or a
+//! self-signed certificate (rcgen) for development, written out so devices can trust it.
+//! Also the QUIC transport settings devices rely on (idle timeout, one stream per request).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use common::protocol::ALPN;
+use quinn::crypto::rustls::QuicServerConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+
+use crate::config::CertSource;
+
+/// Install ring as rustls' process-wide crypto provider (idempotent): rustls refuses to pick
+/// one itself when several are compiled in.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Build the quinn server config with ALPN `duet/1`: up to 1024 request streams open at once
+/// per device, no unidirectional streams.
+pub fn server_config(source: &CertSource, idle_timeout: std::time::Duration) -> anyhow::Result<quinn::ServerConfig> {
+    install_crypto_provider();
+    let (chain, key) = match source {
+        CertSource::Files { cert, key } => load_pem(cert, key)?,
+        CertSource::SelfSigned { names, write_to } => {
+            let ck = rcgen::generate_simple_self_signed(names.clone()).context("generating a self-signed certificate")?;
+            if let Some(path) = write_to {
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+                }
+                std::fs::write(path, ck.cert.pem()).with_context(|| format!("writing {}", path.display()))?;
+                tracing::info!(path = %path.display(), "wrote the self-signed gateway certificate (give it to devices with --ca-cert)");
+            }
+            let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.signing_key.serialize_der()));
+            (vec![ck.cert.der().clone()], key)
+        }
+    };
+    let mut tls = rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(chain, key).context("TLS certificate/key")?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let crypto = QuicServerConfig::try_from(tls).context("QUIC TLS config")?;
+    let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let mut transport = quinn::TransportConfig::default();
+    transport.max_idle_timeout(Some(idle_timeout.try_into().context("idle timeout")?));
+    transport.max_concurrent_bidi_streams(1024u32.into());
+    transport.max_concurrent_uni_streams(0u32.into());
+    cfg.transport_config(Arc::new(transport));
+    Ok(cfg)
+}
+
+fn load_pem(cert: &Path, key: &Path) -> anyhow::Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
+    let chain = CertificateDer::pem_file_iter(cert)
+        .with_context(|| format!("reading certificate {}", cert.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("parsing certificate {}", cert.display()))?;
+    anyhow::ensure!(!chain.is_empty(), "no certificate found in {}", cert.display());
+    let key = PrivateKeyDer::from_pem_file(key).with_context(|| format!("reading private key {}", key.display()))?;
+    Ok((chain, key))
+}

@@ -1,0 +1,418 @@
+//! How long to wait for the cloud, and when to stop asking (docs/ARCHITECTURE.md, "Deadlines").
+//!
+//! Pure logic with time passed in (neqo style), so fallback behaviour is testable without
+//! sleeping: `deadline = clamp(k * srtt + service_time + 1.5 * per_token * tokens_sent, min, max)`
+//! (the 1.5 because prefill times vary with load), and a link that keeps failing puts the node
+//! in local-only mode for a back-off period before it probes again.
+//!
+//! Both service estimates are learned from the gateway's answers: the one-token service time
+//! from short escalations, the LLM time per context token sent from long ones (and from the
+//! prompt pre-sync). A timeout doubles the service estimate until the next answer (Karn's rule,
+//! as TCP does for its retransmission timer), so a stale estimate cannot keep every deadline
+//! too short.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Deadline and degradation settings.
+#[derive(Debug, Clone, Copy)]
+pub struct DeadlinePolicy {
+    /// RTT multiplier.
+    pub k: f64,
+    /// Shortest deadline.
+    pub min: Duration,
+    /// Longest deadline (the most one token may ever wait).
+    pub max: Duration,
+    /// Expected LLM prefill time per context token sent, before any is measured: a long delta
+    /// (or a `Full` resync) costs the gateway more than a one-token one, so it gets a longer
+    /// deadline.
+    pub per_token: Duration,
+    /// Consecutive failed escalations that switch to local-only.
+    pub failures_to_degrade: u32,
+    /// First local-only period; doubles while probes keep failing, up to `max_backoff`.
+    pub backoff: Duration,
+    /// Longest local-only period.
+    pub max_backoff: Duration,
+}
+
+impl Default for DeadlinePolicy {
+    fn default() -> Self {
+        Self {
+            k: 2.0,
+            min: Duration::from_millis(30),
+            max: Duration::from_millis(1500),
+            per_token: Duration::from_millis(25),
+            failures_to_degrade: 3,
+            backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(15),
+        }
+    }
+}
+
+impl DeadlinePolicy {
+    /// Deadline for one escalation that sends `tokens` context tokens, at the prior per-token cost.
+    pub fn deadline(&self, srtt: Duration, service_time: Duration, tokens: usize) -> Duration {
+        self.deadline_at(srtt, service_time, self.per_token, tokens)
+    }
+
+    fn deadline_at(&self, srtt: Duration, service_time: Duration, per_token: Duration, tokens: usize) -> Duration {
+        let d = srtt.mul_f64(self.k) + service_time + per_token * tokens.min(100_000) as u32;
+        d.clamp(self.min, self.max)
+    }
+}
+
+/// Escalations that send at most this many tokens measure the one-token service time.
+const SHORT_SEND: usize = 2;
+/// Escalations (or pre-syncs) that send at least this many tokens measure the per-token cost.
+const LONG_SEND: usize = 8;
+/// Factor on estimated prefill work (context tokens sent, a pre-sync still running) in deadlines.
+const PREFILL_MARGIN: f64 = 1.5;
+/// Unanswered prefills remembered for learning.
+const MAX_PENDING_PREFILLS: usize = 4;
+/// Weight of a new sample in the estimates (exponentially weighted moving averages).
+const SAMPLE_WEIGHT: f64 = 0.2;
+
+/// Tracks escalation outcomes and decides whether to escalate at all.
+#[derive(Debug, Clone)]
+pub struct LinkHealth {
+    policy: DeadlinePolicy,
+    consecutive_failures: u32,
+    local_until: Option<Instant>,
+    current_backoff: Duration,
+    service_ewma_ms: f64,
+    per_token_ms: f64,
+    /// A timeout doubled the service estimate: the next answer replaces it instead of being
+    /// averaged in.
+    backed_off: bool,
+    /// A prefill the gateway is doing (the prompt pre-sync) whose answer may come after the
+    /// session that sent it ended; the health learns from it whenever it comes.
+    pending_prefill: Vec<(usize, PrefillReport)>,
+    /// The connection this state was learned on; a new one starts afresh.
+    generation: Option<u64>,
+}
+
+/// Where the task awaiting a prefill's answer reports the gateway's service time for it: the
+/// answer often comes after the session that sent it ended, so it cannot be an event of that
+/// session; the health polls it whenever it next decides something.
+#[derive(Debug, Clone)]
+pub struct PrefillReport(Arc<AtomicU32>);
+
+impl PrefillReport {
+    const WAITING: u32 = u32::MAX;
+    const NO_ANSWER: u32 = u32::MAX - 1;
+
+    fn new() -> Self {
+        Self(Arc::new(AtomicU32::new(Self::WAITING)))
+    }
+
+    /// The gateway answered after `llm_ms` of service (the first ending counts).
+    pub fn report(&self, llm_ms: u32) {
+        let _ = self.0.compare_exchange(Self::WAITING, llm_ms.min(Self::NO_ANSWER - 1), Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// The request ended without a token (error, busy, lost link): nothing to learn, but the
+    /// gateway is no longer busy with it.
+    pub fn finish(&self) {
+        let _ = self.0.compare_exchange(Self::WAITING, Self::NO_ANSWER, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// Whether the request has ended, answered or not.
+    pub fn is_finished(&self) -> bool {
+        self.0.load(Ordering::Acquire) != Self::WAITING
+    }
+
+    fn answered(&self) -> Option<u32> {
+        match self.0.load(Ordering::Acquire) {
+            Self::WAITING | Self::NO_ANSWER => None,
+            ms => Some(ms),
+        }
+    }
+}
+
+impl LinkHealth {
+    /// Healthy, with the gateway's announced service time as the first estimate.
+    pub fn new(policy: DeadlinePolicy, service_time: Duration) -> Self {
+        Self {
+            policy,
+            consecutive_failures: 0,
+            local_until: None,
+            current_backoff: policy.backoff,
+            service_ewma_ms: service_time.as_secs_f64() * 1e3,
+            per_token_ms: policy.per_token.as_secs_f64() * 1e3,
+            backed_off: false,
+            pending_prefill: Vec::new(),
+            generation: None,
+        }
+    }
+
+    /// The settings in force.
+    pub fn policy(&self) -> &DeadlinePolicy {
+        &self.policy
+    }
+
+    /// Whether a hard token may be escalated now (false = decide locally).
+    pub fn may_escalate(&self, now: Instant) -> bool {
+        self.local_until.is_none_or(|t| now >= t)
+    }
+
+    /// Deadline for an escalation sent now carrying `tokens` context tokens.
+    pub fn deadline(&self, srtt: Duration, tokens: usize) -> Duration {
+        self.deadline_behind(srtt, tokens, Duration::ZERO)
+    }
+
+    /// Deadline for an escalation that will queue behind `ahead` of this session's own work
+    /// at the gateway (an unfinished prompt pre-sync). Still at most the policy's maximum,
+    /// counted from now: no token ever waits longer than that.
+    pub fn deadline_behind(&self, srtt: Duration, tokens: usize, ahead: Duration) -> Duration {
+        // Prefill times vary with the gateway's load far more than a one-token step, and a
+        // deadline a little short wastes the whole wait: prefill work gets a margin.
+        let service = Duration::from_secs_f64(self.service_ewma_ms / 1e3) + ahead.mul_f64(PREFILL_MARGIN);
+        self.policy.deadline_at(srtt, service, Duration::from_secs_f64(PREFILL_MARGIN * self.per_token_ms / 1e3), tokens)
+    }
+
+    /// The expected LLM time for prefilling `tokens` context tokens.
+    pub fn prefill_estimate(&self, tokens: usize) -> Duration {
+        Duration::from_secs_f64(self.per_token_ms * tokens as f64 / 1e3)
+    }
+
+    /// The cloud answered an escalation that sent `tokens_sent` context tokens; `llm_ms` is
+    /// the gateway's reported service time for it.
+    pub fn success(&mut self, tokens_sent: usize, llm_ms: u32) {
+        self.consecutive_failures = 0;
+        self.local_until = None;
+        self.current_backoff = self.policy.backoff;
+        if tokens_sent <= SHORT_SEND {
+            let sample = llm_ms as f64;
+            self.service_ewma_ms = if self.backed_off { sample } else { (1.0 - SAMPLE_WEIGHT) * self.service_ewma_ms + SAMPLE_WEIGHT * sample };
+            self.backed_off = false;
+        } else {
+            self.observe_prefill(tokens_sent, llm_ms);
+        }
+    }
+
+    /// The gateway took `llm_ms` for work that sent `tokens` context tokens (an escalation or
+    /// the prompt pre-sync): learn the per-token cost from it. Short sends say too little.
+    pub fn observe_prefill(&mut self, tokens: usize, llm_ms: u32) {
+        if tokens < LONG_SEND {
+            return;
+        }
+        let sample = (llm_ms as f64 - self.service_ewma_ms).max(0.0) / tokens as f64;
+        self.per_token_ms = (1.0 - SAMPLE_WEIGHT) * self.per_token_ms + SAMPLE_WEIGHT * sample;
+        if sample > self.per_token_ms {
+            // Slower than thought: trust the measurement at once (a deadline that is too short
+            // wastes the whole wait, one that is too long only while the gateway is slow).
+            self.per_token_ms = sample;
+        }
+    }
+
+    /// A prefill of `tokens` context tokens was sent; report its service time through the
+    /// returned handle. A few unanswered ones are remembered (the answer often comes after
+    /// the next session started); beyond that the oldest is forgotten.
+    pub fn expect_prefill(&mut self, tokens: usize) -> PrefillReport {
+        self.poll_prefill();
+        if self.pending_prefill.len() >= MAX_PENDING_PREFILLS {
+            self.pending_prefill.remove(0);
+        }
+        let report = PrefillReport::new();
+        self.pending_prefill.push((tokens, report.clone()));
+        report
+    }
+
+    /// Learn from the expected prefills whose answers came.
+    pub fn poll_prefill(&mut self) {
+        let mut i = 0;
+        while i < self.pending_prefill.len() {
+            let report = &self.pending_prefill[i].1;
+            match report.answered() {
+                Some(ms) => {
+                    let (tokens, _) = self.pending_prefill.remove(i);
+                    self.observe_prefill(tokens, ms);
+                }
+                None if report.is_finished() => {
+                    self.pending_prefill.remove(i);
+                }
+                None => i += 1,
+            }
+        }
+    }
+
+    /// The escalation timed out: the service estimate doubles (up to the deadline maximum)
+    /// until an answer measures it again. Counts as a failure too.
+    pub fn timeout(&mut self, now: Instant) -> bool {
+        let max_ms = self.policy.max.as_secs_f64() * 1e3;
+        self.service_ewma_ms = (self.service_ewma_ms * 2.0).max(self.policy.min.as_secs_f64() * 1e3).min(max_ms);
+        self.backed_off = true;
+        self.failure(now)
+    }
+
+    /// The escalation fell back (timeout, busy, error). Returns true when this starts (or
+    /// extends) a local-only period, the moment to check that the gateway is still alive.
+    pub fn failure(&mut self, now: Instant) -> bool {
+        self.consecutive_failures += 1;
+        let probing = self.local_until.is_some();
+        if probing || self.consecutive_failures >= self.policy.failures_to_degrade {
+            if probing {
+                self.current_backoff = (self.current_backoff * 2).min(self.policy.max_backoff);
+            }
+            self.local_until = Some(now + self.current_backoff);
+            return true;
+        }
+        false
+    }
+
+    /// The link is up on connection `generation`. A new connection starts afresh: its
+    /// handshake just proved the gateway reachable, so any local-only period ends. Returns
+    /// whether the connection is new to this health.
+    pub fn on_connection(&mut self, generation: u64) -> bool {
+        if self.generation == Some(generation) {
+            return false;
+        }
+        self.generation = Some(generation);
+        self.consecutive_failures = 0;
+        self.local_until = None;
+        self.current_backoff = self.policy.backoff;
+        true
+    }
+
+    /// Whether the node is currently in (or probing out of) local-only mode.
+    pub fn degraded(&self) -> bool {
+        self.local_until.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadline_is_clamped() {
+        let p = DeadlinePolicy::default();
+        assert_eq!(p.deadline(Duration::from_millis(1), Duration::ZERO, 0), p.min);
+        assert_eq!(p.deadline(Duration::from_millis(100), Duration::from_millis(50), 0), Duration::from_millis(250));
+        assert_eq!(p.deadline(Duration::from_millis(100), Duration::from_millis(50), 4), Duration::from_millis(350));
+        assert_eq!(p.deadline(Duration::from_secs(10), Duration::ZERO, 1), p.max);
+    }
+
+    #[test]
+    fn repeated_failures_go_local_then_probe_with_growing_backoff() {
+        let p = DeadlinePolicy::default();
+        let mut h = LinkHealth::new(p, Duration::from_millis(10));
+        let t0 = Instant::now();
+        h.failure(t0);
+        h.failure(t0);
+        assert!(h.may_escalate(t0));
+        h.failure(t0);
+        assert!(!h.may_escalate(t0));
+        assert!(!h.may_escalate(t0 + p.backoff - Duration::from_millis(1)));
+        let t1 = t0 + p.backoff;
+        assert!(h.may_escalate(t1), "probe after the back-off");
+        h.failure(t1);
+        assert!(!h.may_escalate(t1 + p.backoff), "a failed probe doubles the back-off");
+        assert!(h.may_escalate(t1 + p.backoff * 2));
+        h.success(1, 12);
+        assert!(!h.degraded());
+        assert!(h.may_escalate(t1));
+    }
+
+    /// Milliseconds, rounded: the estimates are floats.
+    fn ms(d: Duration) -> u128 {
+        (d.as_secs_f64() * 1e3).round() as u128
+    }
+
+    #[test]
+    fn service_time_is_learned_from_short_answers_and_per_token_cost_from_long_ones() {
+        let p = DeadlinePolicy { k: 0.0, min: Duration::ZERO, max: Duration::from_secs(60), ..DeadlinePolicy::default() };
+        let mut h = LinkHealth::new(p, Duration::from_millis(100));
+        // Long sends do not pollute the one-token service time.
+        h.success(100, 2_100);
+        assert_eq!(ms(h.deadline(Duration::ZERO, 1)), 136, "100 ms service + 1.5 x 24 ms per token");
+        // 2,000 ms for 100 tokens beyond the 100 ms service: 20 ms per token, below the prior 25.
+        let learned = h.prefill_estimate(100).as_secs_f64() * 1e3;
+        assert!(learned < 2_500.0 && learned > 2_000.0, "{learned}");
+        // A slower measurement is trusted at once.
+        h.observe_prefill(100, 4_100);
+        assert_eq!(ms(h.prefill_estimate(100)), 4_000);
+        // Too few tokens to say anything.
+        h.observe_prefill(3, 10_000);
+        assert_eq!(ms(h.prefill_estimate(100)), 4_000);
+        // Short answers move the service time gradually.
+        h.success(1, 200);
+        assert_eq!(ms(h.deadline(Duration::ZERO, 0)), 120);
+    }
+
+    #[test]
+    fn a_timeout_doubles_the_service_estimate_until_the_next_answer() {
+        let p = DeadlinePolicy { k: 0.0, min: Duration::from_millis(30), max: Duration::from_millis(1000), ..DeadlinePolicy::default() };
+        let mut h = LinkHealth::new(p, Duration::ZERO);
+        let t0 = Instant::now();
+        assert_eq!(ms(h.deadline(Duration::ZERO, 0)), ms(p.min), "a fresh gateway announces no service time");
+        h.timeout(t0);
+        assert_eq!(ms(h.deadline(Duration::ZERO, 0)), 30);
+        h.timeout(t0);
+        assert_eq!(ms(h.deadline(Duration::ZERO, 0)), 60);
+        for _ in 0..10 {
+            h.timeout(t0);
+        }
+        assert_eq!(ms(h.deadline(Duration::ZERO, 0)), ms(p.max), "never past the maximum");
+        h.success(1, 90);
+        assert_eq!(ms(h.deadline(Duration::ZERO, 0)), 90, "the next answer replaces the backed-off estimate");
+    }
+
+    #[test]
+    fn a_prefill_answered_later_is_learned_when_polled() {
+        let p = DeadlinePolicy::default();
+        let mut h = LinkHealth::new(p, Duration::ZERO);
+        let report = h.expect_prefill(100);
+        h.poll_prefill();
+        assert_eq!(ms(h.prefill_estimate(100)), 2_500, "the prior until it answers");
+        let carried = h.clone();
+        report.report(4_000);
+        let mut h = carried;
+        h.poll_prefill();
+        assert_eq!(ms(h.prefill_estimate(100)), 4_000, "learned in the health carried to the next session");
+        // The next session's pre-sync is sent before the previous one answered.
+        let first = h.expect_prefill(100);
+        let second = h.expect_prefill(100);
+        first.report(5_000);
+        second.report(6_000);
+        h.poll_prefill();
+        assert_eq!(ms(h.prefill_estimate(100)), 6_000, "both learned");
+    }
+
+    #[test]
+    fn a_new_connection_ends_local_only_but_the_same_one_does_not() {
+        let p = DeadlinePolicy::default();
+        let mut h = LinkHealth::new(p, Duration::from_millis(10));
+        let t0 = Instant::now();
+        assert!(h.on_connection(1));
+        for _ in 0..p.failures_to_degrade {
+            h.failure(t0);
+        }
+        assert!(!h.may_escalate(t0));
+        assert!(!h.on_connection(1), "the same connection changes nothing");
+        assert!(!h.may_escalate(t0));
+        assert!(h.on_connection(2));
+        assert!(h.may_escalate(t0), "a reconnect proved the gateway reachable");
+    }
+
+    #[test]
+    fn a_prefill_that_ends_without_an_answer_is_forgotten() {
+        let mut h = LinkHealth::new(DeadlinePolicy::default(), Duration::ZERO);
+        let report = h.expect_prefill(100);
+        assert!(!report.is_finished());
+        report.finish();
+        report.report(9_000);
+        assert!(report.is_finished());
+        h.poll_prefill();
+        assert_eq!(ms(h.prefill_estimate(100)), 2_500, "nothing learned from an unanswered prefill");
+    }
+
+    #[test]
+    fn work_queued_ahead_lengthens_the_deadline_but_never_past_the_maximum() {
+        let p = DeadlinePolicy { k: 0.0, min: Duration::ZERO, max: Duration::from_millis(3000), ..DeadlinePolicy::default() };
+        let h = LinkHealth::new(p, Duration::from_millis(100));
+        assert_eq!(ms(h.deadline_behind(Duration::ZERO, 0, Duration::from_millis(1000))), 1600, "with the prefill margin");
+        assert_eq!(ms(h.deadline_behind(Duration::ZERO, 0, Duration::from_secs(10))), ms(p.max));
+    }
+}

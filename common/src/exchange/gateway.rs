@@ -1,0 +1,203 @@
+//! The gateway's side of the exchange, without I/O: the handshake, what each request asks
+//! for, and which frame answers each outcome.
+//!
+//! The gateway's QUIC connection task reads one frame per stream and hands it here; it only
+//! moves bytes and awaits the batcher. Every rule a device can observe (why a `Hello` is
+//! refused, which error code a bad frame gets, what a backend failure looks like on the wire)
+//! lives in these functions, so both the gateway and its tests use one definition.
+
+use std::time::Duration;
+
+use super::constant_time_eq;
+use crate::protocol::{CodecError, ContextError, ContextSync, ErrorCode, Frame, Limits, RejectReason, ValidationLimits, WireSampling, PROTOCOL_VERSION};
+
+/// How long a device has to send `Hello` after connecting.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest accepted `device_id`, in bytes.
+pub const MAX_DEVICE_ID_BYTES: usize = 256;
+
+/// What the gateway checks a `Hello` against and announces in `Welcome`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandshakePolicy {
+    /// Shared secret devices present; `None` accepts any device (development only).
+    pub auth_token: Option<String>,
+    /// Fingerprint of the LLM's tokenizer; a device with another one is refused.
+    pub tokenizer_fingerprint: String,
+    /// Name announced in `Welcome`.
+    pub gateway_id: String,
+    /// The LLM's id, announced in `Welcome`.
+    pub llm_id: String,
+}
+
+/// A device the handshake accepted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Welcomed {
+    /// The device's id.
+    pub device_id: String,
+    /// Its SLM, for logs.
+    pub slm_id: String,
+    /// The `Welcome` to send.
+    pub reply: Frame,
+}
+
+/// A device the handshake refused: send [`Refused::reply`], then close the connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// Why.
+    pub reason: RejectReason,
+}
+
+impl Refused {
+    fn new(reason: RejectReason) -> Self {
+        Self { reason }
+    }
+
+    /// The `Reject` to send.
+    pub fn reply(&self) -> Frame {
+        Frame::Reject { reason: self.reason.clone() }
+    }
+}
+
+/// Answer the first frame of a connection. `limits` are announced to an accepted device.
+pub fn answer_hello(policy: &HandshakePolicy, limits: Limits, hello: Result<Frame, CodecError>) -> Result<Welcomed, Refused> {
+    let hello = hello.map_err(|e| Refused::new(RejectReason::Other(format!("malformed Hello: {e}"))))?;
+    let Frame::Hello { protocol_version, device_id, auth, tokenizer_fingerprint, slm_id } = hello else {
+        return Err(Refused::new(RejectReason::Other(format!("the first frame must be Hello, not {}", hello.kind()))));
+    };
+    if protocol_version != PROTOCOL_VERSION {
+        return Err(Refused::new(RejectReason::Version { supported: PROTOCOL_VERSION }));
+    }
+    if let Some(token) = &policy.auth_token {
+        if !constant_time_eq(token.as_bytes(), auth.as_bytes()) {
+            return Err(Refused::new(RejectReason::Auth));
+        }
+    }
+    if tokenizer_fingerprint != policy.tokenizer_fingerprint {
+        return Err(Refused::new(RejectReason::TokenizerMismatch { expected: policy.tokenizer_fingerprint.clone() }));
+    }
+    if device_id.is_empty() || device_id.len() > MAX_DEVICE_ID_BYTES {
+        return Err(Refused::new(RejectReason::Other(format!("device_id must be 1..={MAX_DEVICE_ID_BYTES} bytes"))));
+    }
+    let reply = Frame::Welcome { gateway_id: policy.gateway_id.clone(), llm_id: policy.llm_id.clone(), limits };
+    Ok(Welcomed { device_id, slm_id, reply })
+}
+
+/// The refusal for a device beyond the gateway's connection limit.
+pub fn overloaded() -> Refused {
+    Refused::new(RejectReason::Overloaded)
+}
+
+/// What one request frame (after the handshake) asks the gateway to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    /// Produce the token after this session's context.
+    Escalate {
+        /// Session.
+        session_id: u64,
+        /// Escalation seq.
+        seq: u32,
+        /// How to bring the gateway's copy up to date.
+        context: ContextSync,
+        /// How to choose the token.
+        sampling: WireSampling,
+        /// How long the device waits, capped at [`MAX_DEADLINE_MS`](crate::protocol::MAX_DEADLINE_MS).
+        deadline: Duration,
+    },
+    /// Free this session's state.
+    EndSession {
+        /// Session.
+        session_id: u64,
+    },
+    /// Answer at once with this frame (a `Pong`, or an error for a bad request).
+    Answer(Frame),
+}
+
+/// Classify a request stream's frame (or why it did not decode), validated against `limits`.
+pub fn classify(decoded: Result<Frame, CodecError>, limits: &ValidationLimits) -> Request {
+    let frame = match decoded {
+        Ok(frame) => frame,
+        Err(e) => {
+            let code = if matches!(e, CodecError::Oversize { .. }) { ErrorCode::Oversize } else { ErrorCode::Malformed };
+            return Request::Answer(error(None, None, code, e.to_string()));
+        }
+    };
+    if let Err(e) = frame.validate(limits) {
+        let (sid, seq) = frame.session_seq().map(|(s, q)| (Some(s), q)).unwrap_or((None, None));
+        return Request::Answer(error(sid, seq, e.code(), e.to_string()));
+    }
+    match frame {
+        Frame::Escalate { session_id, seq, context, sampling, deadline_ms } => {
+            let deadline = Duration::from_millis(u64::from(deadline_ms.min(crate::protocol::MAX_DEADLINE_MS)));
+            Request::Escalate { session_id, seq, context, sampling, deadline }
+        }
+        Frame::EndSession { session_id } => Request::EndSession { session_id },
+        Frame::Ping { nonce } => Request::Answer(Frame::Pong { nonce }),
+        other => Request::Answer(error(None, None, ErrorCode::Malformed, format!("unexpected {} frame after the handshake", other.kind()))),
+    }
+}
+
+/// What became of an escalation at the gateway, in the gateway's own terms.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EscalationOutcome {
+    /// The LLM's token.
+    Token {
+        /// Chosen token.
+        token_id: u32,
+        /// Its log-probability.
+        logprob: f32,
+        /// Backend time, ms.
+        llm_ms: u32,
+    },
+    /// Refused at admission: the queue is full.
+    Busy {
+        /// Suggested wait.
+        retry_after_ms: u32,
+    },
+    /// The context sync was not applied.
+    Context(ContextError),
+    /// The device already holds as many sessions as allowed.
+    TooManySessions {
+        /// The limit.
+        limit: usize,
+    },
+    /// The deadline passed before the backend ran it.
+    Expired,
+    /// The session ended before the backend ran it.
+    SessionEnded,
+    /// The backend refused the context as too long.
+    ContextTooLong(String),
+    /// The backend refused a token id.
+    InvalidToken(String),
+    /// The backend failed.
+    BackendFailed(String),
+    /// The gateway is stopping and dropped the work.
+    Stopped,
+}
+
+/// The frame that tells the device about `outcome` of escalation (`session_id`, `seq`).
+pub fn reply(session_id: u64, seq: u32, outcome: EscalationOutcome) -> Frame {
+    let (sid, q) = (Some(session_id), Some(seq));
+    match outcome {
+        EscalationOutcome::Token { token_id, logprob, llm_ms } => Frame::Token { session_id, seq, token_id, logprob, llm_ms },
+        EscalationOutcome::Busy { retry_after_ms } => Frame::Busy { session_id, seq, retry_after_ms },
+        EscalationOutcome::Context(e) => e.reply(session_id, seq),
+        EscalationOutcome::TooManySessions { limit } => {
+            error(sid, q, ErrorCode::TooManySessions, format!("too many sessions for this device (limit {limit})"))
+        }
+        EscalationOutcome::Expired => error(sid, q, ErrorCode::DeadlineExpired, "deadline passed in the queue".into()),
+        EscalationOutcome::SessionEnded => error(sid, q, ErrorCode::UnknownSession, "the session ended before this escalation ran".into()),
+        EscalationOutcome::ContextTooLong(m) => error(sid, q, ErrorCode::ContextTooLong, m),
+        EscalationOutcome::InvalidToken(m) => error(sid, q, ErrorCode::InvalidToken, m),
+        EscalationOutcome::BackendFailed(m) => error(sid, q, ErrorCode::BackendFailed, m),
+        EscalationOutcome::Stopped => error(sid, q, ErrorCode::Internal, "the gateway is stopping".into()),
+    }
+}
+
+/// The answer to a request frame that exceeds the size limit, read from its length prefix.
+pub fn oversize(len: usize, max: usize) -> Frame {
+    error(None, None, ErrorCode::Oversize, format!("frame of {len} bytes exceeds {max}"))
+}
+
+fn error(session_id: Option<u64>, seq: Option<u32>, code: ErrorCode, message: String) -> Frame {
+    Frame::Error { session_id, seq, code, message }
+}

@@ -1,0 +1,23 @@
+//! The edge–gateway exchange as state machines without I/O (docs/ARCHITECTURE.md, "Exchange").
+//!
+//! Both ends' rules live here, in the crate both ends share: [`edge::EdgeSession`] decides what
+//! a device sends for a hard token, how long it waits and what each reply means;
+//! [`gateway`] decides what a gateway answers to a `Hello`, a request and each outcome of an
+//! escalation. Time is passed in (`now`), nothing here opens a socket or sleeps, so every
+//! fault the network can cause is a deterministic unit test; the QUIC code in `edge-node` and
+//! `cloud-gateway` only carries the bytes (quinn-proto's and neqo's split).
+
+pub mod deadline;
+pub mod edge;
+pub mod gateway;
+
+#[cfg(test)]
+mod tests;
+
+pub use deadline::{DeadlinePolicy, LinkHealth, PrefillReport};
+pub use edge::{EdgeSession, ExchangeCounters, FallbackReason, LinkView, Outcome, Step, Transmit};
+
+/// Compare secrets in time independent of where they differ.
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

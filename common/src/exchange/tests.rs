@@ -1,0 +1,499 @@
+//! Both ends of the exchange driven together with simulated time: no sockets, no sleeps.
+//!
+//! [`Pair`] plays the network and the gateway: it decodes what the [`EdgeSession`] sends, runs
+//! the gateway's own rules on it ([`gateway::classify`], [`SessionContext`], [`gateway::reply`])
+//! and hands the reply back at a chosen time, or loses, delays, duplicates or reorders it.
+//! The gateway's "LLM" is a fixed function of the context, enough to check that every
+//! answer belongs to its own escalation.
+
+use std::time::{Duration, Instant};
+
+use super::gateway::{self, EscalationOutcome, HandshakePolicy, Request};
+use super::*;
+use crate::protocol::{decode_frame, encode_frame, ContextError, ContextSync, ErrorCode, Frame, Limits, RejectReason, SessionContext, ValidationLimits, WireSampling, DEFAULT_MAX_FRAME_BYTES, MAX_DEADLINE_MS, PROTOCOL_VERSION};
+
+const MAX: usize = DEFAULT_MAX_FRAME_BYTES;
+const FP: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+/// The gateway's token for a context: a fixed function, so answers can be checked.
+fn llm(context: &[u32]) -> u32 {
+    context.iter().fold(17u32, |h, &t| h.wrapping_mul(31).wrapping_add(t)) % 50_000
+}
+
+fn up(generation: u64) -> LinkView {
+    LinkView::Up { generation, rtt: Duration::from_millis(20), max_frame_bytes: MAX }
+}
+
+fn policy() -> DeadlinePolicy {
+    DeadlinePolicy { k: 2.0, min: Duration::from_millis(30), max: Duration::from_millis(1000), per_token: Duration::from_millis(5), ..DeadlinePolicy::default() }
+}
+
+/// One device session and the gateway's copy of it, with simulated time.
+struct Pair {
+    edge: EdgeSession,
+    gateway: SessionContext,
+    now: Instant,
+    /// What the gateway answered, in order, for inspection.
+    answered: Vec<Frame>,
+}
+
+impl Pair {
+    fn new() -> Self {
+        let health = LinkHealth::new(policy(), Duration::from_millis(10));
+        Self { edge: EdgeSession::new(1, WireSampling::default(), health), gateway: SessionContext::new(), now: Instant::now(), answered: Vec::new() }
+    }
+
+    fn advance(&mut self, d: Duration) {
+        self.now += d;
+    }
+
+    /// The gateway's answer to one transmitted request, by the gateway's own rules.
+    fn serve(&mut self, t: &Transmit) -> Frame {
+        let limits = ValidationLimits { max_context_tokens: 4096, vocab_size: Some(151_936), ..ValidationLimits::default() };
+        let reply = match gateway::classify(decode_frame(&t.bytes, MAX), &limits) {
+            Request::Escalate { session_id, seq, context, .. } => match self.gateway.apply(seq, &context, 4096) {
+                Ok(()) => gateway::reply(session_id, seq, EscalationOutcome::Token { token_id: llm(self.gateway.tokens()), logprob: -0.5, llm_ms: 12 }),
+                Err(e) => gateway::reply(session_id, seq, EscalationOutcome::Context(e)),
+            },
+            Request::EndSession { .. } => panic!("no reply to EndSession"),
+            Request::Answer(f) => f,
+        };
+        self.answered.push(reply.clone());
+        reply
+    }
+
+    /// Escalate at `context` with every request served after `delay`; returns the outcome.
+    fn escalate_served(&mut self, context: &[u32], delay: Duration) -> Outcome {
+        let mut step = self.edge.escalate(context, up(1), self.now);
+        loop {
+            match step {
+                Step::Send(t) => {
+                    let reply = self.serve(&t);
+                    self.advance(delay);
+                    step = if self.now >= t.deadline { self.edge.on_timeout(self.now) } else { self.edge.on_reply(reply, context, self.now) };
+                }
+                Step::Done(o) => return o,
+                Step::Wait => panic!("nothing to wait for"),
+            }
+        }
+    }
+
+    /// Serve `t` and hand the reply to the edge at once.
+    fn answer(&mut self, t: &Transmit, context: &[u32]) -> Step {
+        let reply = self.serve(t);
+        self.edge.on_reply(reply, context, self.now)
+    }
+
+    fn sent(step: &Step) -> &Transmit {
+        match step {
+            Step::Send(t) => t,
+            other => panic!("expected a send, got {other:?}"),
+        }
+    }
+}
+
+fn decoded(t: &Transmit) -> Frame {
+    decode_frame(&t.bytes, MAX).unwrap()
+}
+
+fn cloud(o: Outcome) -> u32 {
+    match o {
+        Outcome::Cloud { token, .. } => token,
+        other => panic!("expected a cloud token, got {other:?}"),
+    }
+}
+
+fn cloud_token(step: Step) -> u32 {
+    match step {
+        Step::Done(o) => cloud(o),
+        other => panic!("expected an outcome, got {other:?}"),
+    }
+}
+
+fn fallback(step: Step) -> (FallbackReason, Option<Duration>) {
+    match step {
+        Step::Done(Outcome::Fallback { reason, probe }) => (reason, probe),
+        other => panic!("expected a fallback, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_first_escalation_sends_full_and_later_ones_only_the_delta() {
+    let mut p = Pair::new();
+    let mut ctx: Vec<u32> = (100..140).collect();
+    let step = p.edge.escalate(&ctx, up(1), p.now);
+    let t = Pair::sent(&step).clone();
+    assert!(t.full);
+    assert!(matches!(decoded(&t), Frame::Escalate { seq: 0, context: ContextSync::Full { .. }, .. }));
+    let token = cloud_token(p.answer(&t, &ctx));
+    assert_eq!(token, llm(&ctx));
+    ctx.extend([token, 7, 8]);
+    let step = p.edge.escalate(&ctx, up(1), p.now);
+    let t = Pair::sent(&step);
+    assert!(!t.full);
+    assert!(matches!(decoded(t), Frame::Escalate { seq: 1, context: ContextSync::Delta { base_len: 40, ref tokens }, .. } if tokens.len() == 3));
+    assert!(t.bytes.len() < 64, "a later escalation is small: {} bytes", t.bytes.len());
+    assert_eq!(p.edge.counters().full_syncs, 1);
+}
+
+#[test]
+fn context_missing_is_answered_with_a_full_resend_within_the_same_deadline() {
+    let mut p = Pair::new();
+    let ctx: Vec<u32> = (1..30).collect();
+    assert_eq!(cloud(p.escalate_served(&ctx, Duration::from_millis(5))), llm(&ctx));
+    // The gateway restarts: it holds nothing, so the next delta is refused.
+    p.gateway = SessionContext::new();
+    let ctx2: Vec<u32> = (1..35).collect();
+    let step = p.edge.escalate(&ctx2, up(1), p.now);
+    let first = Pair::sent(&step).clone();
+    assert!(!first.full);
+    let missing = p.serve(&first);
+    assert!(matches!(missing, Frame::ContextMissing { held_len: 0, .. }));
+    p.advance(Duration::from_millis(5));
+    let step = p.edge.on_reply(missing, &ctx2, p.now);
+    let resend = Pair::sent(&step).clone();
+    assert!(resend.full, "the resend carries the whole context");
+    assert_eq!(resend.deadline, first.deadline, "within the same deadline");
+    assert!(resend.seq > first.seq);
+    let token = cloud_token(p.answer(&resend, &ctx2));
+    assert_eq!(token, llm(&ctx2));
+    assert_eq!(p.edge.counters().context_missing, 1);
+}
+
+#[test]
+fn a_second_context_missing_for_one_token_falls_back_instead_of_looping() {
+    let mut p = Pair::new();
+    let ctx: Vec<u32> = (1..10).collect();
+    let step = p.edge.escalate(&ctx, up(1), p.now);
+    let t = Pair::sent(&step).clone();
+    let missing = |seq| Frame::ContextMissing { session_id: 1, seq, held_len: 3 };
+    let step = p.edge.on_reply(missing(t.seq), &ctx, p.now);
+    let resend = Pair::sent(&step).clone();
+    assert_eq!(fallback(p.edge.on_reply(missing(resend.seq), &ctx, p.now)).0, FallbackReason::GatewayError);
+}
+
+#[test]
+fn busy_falls_back_at_once_and_the_next_escalation_stays_a_delta() {
+    let mut p = Pair::new();
+    let ctx: Vec<u32> = (1..20).collect();
+    let step = p.edge.escalate(&ctx, up(1), p.now);
+    let t = Pair::sent(&step).clone();
+    // The gateway applied the sync, then refused at admission.
+    let Request::Escalate { seq, context, .. } = gateway::classify(decode_frame(&t.bytes, MAX), &ValidationLimits::default()) else { panic!() };
+    p.gateway.apply(seq, &context, 4096).unwrap();
+    let busy = gateway::reply(1, seq, EscalationOutcome::Busy { retry_after_ms: 40 });
+    assert_eq!(fallback(p.edge.on_reply(busy, &ctx, p.now)), (FallbackReason::Busy, None));
+    let mut ctx2 = ctx.clone();
+    ctx2.push(5);
+    let step = p.edge.escalate(&ctx2, up(1), p.now);
+    assert!(!Pair::sent(&step).full, "Busy acknowledges the sync");
+    assert_eq!(cloud_token(p.answer(Pair::sent(&step), &ctx2)), llm(&ctx2));
+}
+
+#[test]
+fn timeouts_back_off_then_go_local_only_and_a_probe_is_asked_for() {
+    let mut p = Pair::new();
+    let ctx: Vec<u32> = (1..5).collect();
+    let mut deadlines = Vec::new();
+    let mut probe = None;
+    for _ in 0..policy().failures_to_degrade {
+        let step = p.edge.escalate(&ctx, up(1), p.now);
+        let t = Pair::sent(&step).clone();
+        deadlines.push(t.deadline - p.now);
+        p.now = t.deadline;
+        let (reason, pr) = fallback(p.edge.on_timeout(p.now));
+        assert_eq!(reason, FallbackReason::Timeout);
+        probe = pr;
+    }
+    // 2 x 20 ms RTT + service (10 ms, then doubled by each timeout: 30 at the floor, 60) +
+    // 1.5 x 5 ms per token sent (the first sends the 4-token context in full, the others nothing).
+    assert_eq!(deadlines, [Duration::from_millis(80), Duration::from_millis(70), Duration::from_millis(100)], "Karn: the service estimate doubles");
+    assert!(probe.is_some(), "degrading asks the shell to check the gateway");
+    // Local-only: hard tokens fall back without sending anything.
+    assert_eq!(fallback(p.edge.escalate(&ctx, up(1), p.now)).0, FallbackReason::Degraded);
+    // After the back-off, it tries again.
+    p.advance(policy().backoff);
+    assert!(matches!(p.edge.escalate(&ctx, up(1), p.now), Step::Send(_)));
+}
+
+#[test]
+fn a_new_connection_resyncs_with_full_and_ends_local_only() {
+    let mut p = Pair::new();
+    let ctx: Vec<u32> = (1..12).collect();
+    assert_eq!(cloud(p.escalate_served(&ctx, Duration::ZERO)), llm(&ctx));
+    for _ in 0..policy().failures_to_degrade {
+        let step = p.edge.escalate(&ctx, up(1), p.now);
+        p.now = Pair::sent(&step).deadline;
+        p.edge.on_timeout(p.now);
+    }
+    assert_eq!(fallback(p.edge.escalate(&ctx, up(1), p.now)).0, FallbackReason::Degraded);
+    // The link reconnected (to a restarted gateway holding nothing).
+    p.gateway = SessionContext::new();
+    let step = p.edge.escalate(&ctx, up(2), p.now);
+    let t = Pair::sent(&step).clone();
+    assert!(t.full, "a new connection resends the whole context");
+    assert_eq!(cloud_token(p.answer(&t, &ctx)), llm(&ctx));
+}
+
+#[test]
+fn a_down_link_falls_back_at_once_without_counting_as_a_failure() {
+    let mut p = Pair::new();
+    let ctx = [1, 2, 3];
+    for _ in 0..10 {
+        assert_eq!(fallback(p.edge.escalate(&ctx, LinkView::Down, p.now)), (FallbackReason::LinkDown, None));
+    }
+    assert!(matches!(p.edge.escalate(&ctx, up(1), p.now), Step::Send(_)), "not local-only");
+    assert_eq!(fallback(p.edge.on_transport_error(false, p.now)).0, FallbackReason::Transport);
+}
+
+#[test]
+fn a_late_reply_after_a_fallback_is_dropped_and_never_applied() {
+    let mut p = Pair::new();
+    let ctx: Vec<u32> = (1..8).collect();
+    let step = p.edge.escalate(&ctx, up(1), p.now);
+    let t = Pair::sent(&step).clone();
+    let late = p.serve(&t);
+    p.now = t.deadline;
+    assert_eq!(fallback(p.edge.on_timeout(p.now)).0, FallbackReason::Timeout);
+    // The reply arrives after the fallback, with nothing waiting...
+    assert_eq!(p.edge.on_reply(late.clone(), &ctx, p.now), Step::Wait);
+    // ...and while the next escalation waits: still not taken for that one.
+    let mut ctx2 = ctx.clone();
+    ctx2.push(9);
+    let step = p.edge.escalate(&ctx2, up(1), p.now);
+    let t2 = Pair::sent(&step).clone();
+    assert_eq!(p.edge.on_reply(late, &ctx2, p.now), Step::Wait);
+    assert_eq!(cloud_token(p.answer(&t2, &ctx2)), llm(&ctx2));
+    assert_eq!(p.edge.counters().stale_replies, 2);
+}
+
+#[test]
+fn replayed_and_out_of_order_replies_are_dropped() {
+    let mut p = Pair::new();
+    let ctx: Vec<u32> = (1..8).collect();
+    let step = p.edge.escalate(&ctx, up(1), p.now);
+    let t = Pair::sent(&step).clone();
+    let reply = p.serve(&t);
+    // A reply for a seq that was never sent, and one for another session.
+    let future = Frame::Token { session_id: 1, seq: t.seq + 5, token_id: 1, logprob: 0.0, llm_ms: 1 };
+    let other = Frame::Token { session_id: 2, seq: t.seq, token_id: 1, logprob: 0.0, llm_ms: 1 };
+    assert_eq!(p.edge.on_reply(future, &ctx, p.now), Step::Wait);
+    assert_eq!(p.edge.on_reply(other, &ctx, p.now), Step::Wait);
+    assert!(matches!(p.edge.on_reply(reply.clone(), &ctx, p.now), Step::Done(Outcome::Cloud { .. })));
+    // The same reply again (a replay): dropped.
+    assert_eq!(p.edge.on_reply(reply, &ctx, p.now), Step::Wait);
+    assert_eq!(p.edge.counters().stale_replies, 3);
+}
+
+#[test]
+fn the_gateway_refuses_replayed_and_stale_escalations() {
+    let mut p = Pair::new();
+    let ctx: Vec<u32> = (1..8).collect();
+    let step = p.edge.escalate(&ctx, up(1), p.now);
+    let t = Pair::sent(&step).clone();
+    assert!(matches!(p.serve(&t), Frame::Token { .. }));
+    let replayed = p.serve(&t);
+    assert!(matches!(replayed, Frame::Error { code: ErrorCode::Replayed, .. }), "{replayed:?}");
+    let mut ctx2 = ctx.clone();
+    ctx2.push(3);
+    p.edge.on_timeout(p.now);
+    let newer = Pair::sent(&p.edge.escalate(&ctx2, up(1), p.now)).clone();
+    assert!(matches!(p.serve(&newer), Frame::Token { .. }));
+    // The older request arrives after the newer one.
+    assert!(matches!(p.serve(&t), Frame::Error { code: ErrorCode::OutOfOrder, .. }));
+}
+
+#[test]
+fn a_presync_is_resolved_out_of_band_and_lengthens_the_first_deadline() {
+    let mut p = Pair::new();
+    let prompt: Vec<u32> = (1..200).collect();
+    let (t, report) = p.edge.presync(&prompt, up(1), p.now).expect("link up");
+    assert!(t.full);
+    assert!(matches!(decoded(&t), Frame::Escalate { deadline_ms: MAX_DEADLINE_MS, .. }));
+    let presync_reply = p.serve(&t);
+    // A hard token right away waits behind the prompt's prefill (199 tokens x 5 ms x 1.5).
+    let mut ctx = prompt.clone();
+    ctx.push(5);
+    let step = p.edge.escalate(&ctx, up(1), p.now);
+    let t2 = Pair::sent(&step).clone();
+    assert!(!t2.full, "the pre-sync already carried the prompt");
+    assert_eq!(t2.deadline - p.now, policy().max, "{:?}", t2.deadline - p.now);
+    // The pre-sync's reply is not this escalation's.
+    assert_eq!(p.edge.on_reply(presync_reply, &ctx, p.now), Step::Wait);
+    report.report(800);
+    assert!(matches!(p.answer(&t2, &ctx), Step::Done(Outcome::Cloud { .. })));
+    // Once it answered, nothing is ahead: a short delta gets a short deadline.
+    ctx.push(6);
+    let t3 = Pair::sent(&p.edge.escalate(&ctx, up(1), p.now)).clone();
+    assert!(t3.deadline - p.now < Duration::from_millis(200), "{:?}", t3.deadline - p.now);
+}
+
+#[test]
+fn a_frame_over_the_gateways_limit_is_not_sent() {
+    let mut p = Pair::new();
+    let ctx: Vec<u32> = (100_000..100_100).collect();
+    let tiny = LinkView::Up { generation: 1, rtt: Duration::ZERO, max_frame_bytes: 64 };
+    assert_eq!(fallback(p.edge.escalate(&ctx, tiny, p.now)).0, FallbackReason::Transport);
+    assert!(p.edge.escalate(&ctx, up(1), p.now) != Step::Wait);
+}
+
+#[test]
+fn ending_a_session_frees_the_gateways_copy_only_if_it_may_hold_one() {
+    let mut p = Pair::new();
+    assert_eq!(p.edge.end(), None);
+    let ctx = [1, 2, 3];
+    let _ = p.edge.escalate(&ctx, up(1), p.now);
+    assert_eq!(p.edge.end(), Some(Frame::EndSession { session_id: 1 }));
+}
+
+/// Many escalations over a network that loses requests, delays replies past deadlines and
+/// restarts the gateway: every answer the device takes is the gateway's token for exactly its
+/// context, and the gateway's copy is always a prefix of the device's.
+#[test]
+fn over_a_lossy_network_every_accepted_answer_is_for_its_own_context() {
+    let mut p = Pair::new();
+    let mut ctx: Vec<u32> = (1..16).collect();
+    let (mut cloud_tokens, mut fallbacks) = (0, 0);
+    for i in 0u32..300 {
+        ctx.push(1000 + i);
+        if i % 97 == 50 {
+            p.gateway = SessionContext::new(); // restart
+        }
+        let mut step = p.edge.escalate(&ctx, up(1 + u64::from(i / 120)), p.now);
+        let outcome = loop {
+            match step {
+                Step::Send(t) => {
+                    let lost = i % 7 == 3;
+                    let late = i % 11 == 5;
+                    if lost {
+                        p.now = t.deadline;
+                        step = p.edge.on_timeout(p.now);
+                        continue;
+                    }
+                    let reply = p.serve(&t);
+                    assert!(ctx.starts_with(p.gateway.tokens()), "the gateway's copy is a prefix of the device's");
+                    if late {
+                        p.now = t.deadline;
+                        step = p.edge.on_timeout(p.now);
+                        assert_eq!(p.edge.on_reply(reply, &ctx, p.now), Step::Wait);
+                    } else {
+                        p.advance(Duration::from_millis(3));
+                        step = p.edge.on_reply(reply, &ctx, p.now);
+                    }
+                }
+                Step::Done(o) => break o,
+                Step::Wait => panic!("nothing waits"),
+            }
+        };
+        match outcome {
+            Outcome::Cloud { token, .. } => {
+                assert_eq!(token, llm(&ctx));
+                cloud_tokens += 1;
+                ctx.push(token);
+            }
+            Outcome::Fallback { .. } => {
+                fallbacks += 1;
+                p.advance(Duration::from_millis(600)); // let any local-only period pass
+            }
+        }
+    }
+    assert!(cloud_tokens > 200 && fallbacks > 30, "cloud {cloud_tokens}, fallbacks {fallbacks}");
+}
+
+fn handshake_policy() -> HandshakePolicy {
+    HandshakePolicy { auth_token: Some("sesame".into()), tokenizer_fingerprint: FP.into(), gateway_id: "gw".into(), llm_id: "llm".into() }
+}
+
+fn hello(version: u16, auth: &str, fp: &str, device: &str) -> Frame {
+    Frame::Hello { protocol_version: version, device_id: device.into(), auth: auth.into(), tokenizer_fingerprint: fp.into(), slm_id: "slm".into() }
+}
+
+#[test]
+fn the_handshake_welcomes_a_good_device_with_the_limits() {
+    let limits = Limits { max_frame_bytes: 1000, max_context_tokens: 100, max_sessions: 4, service_time_ms: 9 };
+    let ok = gateway::answer_hello(&handshake_policy(), limits, Ok(hello(PROTOCOL_VERSION, "sesame", FP, "dev-1"))).unwrap();
+    assert_eq!(ok.device_id, "dev-1");
+    assert_eq!(ok.reply, Frame::Welcome { gateway_id: "gw".into(), llm_id: "llm".into(), limits });
+    let open = HandshakePolicy { auth_token: None, ..handshake_policy() };
+    assert!(gateway::answer_hello(&open, limits, Ok(hello(PROTOCOL_VERSION, "anything", FP, "dev"))).is_ok());
+}
+
+#[test]
+fn the_handshake_refuses_each_bad_hello_with_a_reason_the_device_can_act_on() {
+    let l = Limits { max_frame_bytes: 1000, max_context_tokens: 100, max_sessions: 4, service_time_ms: 0 };
+    let refuse = |f: Result<Frame, crate::protocol::CodecError>| gateway::answer_hello(&handshake_policy(), l, f).unwrap_err().reason;
+    assert_eq!(refuse(Ok(hello(99, "sesame", FP, "d"))), RejectReason::Version { supported: PROTOCOL_VERSION });
+    assert_eq!(refuse(Ok(hello(PROTOCOL_VERSION, "guess", FP, "d"))), RejectReason::Auth);
+    assert_eq!(refuse(Ok(hello(PROTOCOL_VERSION, "sesame", &"ab".repeat(32), "d"))), RejectReason::TokenizerMismatch { expected: FP.into() });
+    assert!(matches!(refuse(Ok(hello(PROTOCOL_VERSION, "sesame", FP, ""))), RejectReason::Other(_)));
+    assert!(matches!(refuse(Ok(hello(PROTOCOL_VERSION, "sesame", FP, &"x".repeat(300)))), RejectReason::Other(_)));
+    assert!(matches!(refuse(Ok(Frame::Ping { nonce: 1 })), RejectReason::Other(m) if m.contains("Hello")));
+    assert!(matches!(refuse(decode_frame(&[1, 0, 0, 0, 200], MAX)), RejectReason::Other(m) if m.contains("malformed")));
+    let r = gateway::overloaded();
+    assert_eq!(r.reply(), Frame::Reject { reason: RejectReason::Overloaded });
+}
+
+#[test]
+fn each_bad_request_gets_its_own_error_code() {
+    let limits = ValidationLimits { max_context_tokens: 10, vocab_size: Some(100), ..ValidationLimits::default() };
+    let code = |r: Request| match r {
+        Request::Answer(Frame::Error { code, .. }) => code,
+        other => panic!("expected an error answer, got {other:?}"),
+    };
+    assert_eq!(code(gateway::classify(decode_frame(&[1, 0, 0, 0, 200], MAX), &limits)), ErrorCode::Malformed);
+    assert_eq!(code(gateway::classify(decode_frame(&5000u32.to_le_bytes(), 100), &limits)), ErrorCode::Oversize);
+    let esc = |tokens: Vec<u32>, deadline_ms| Frame::Escalate { session_id: 4, seq: 2, context: ContextSync::Full { tokens: tokens.into() }, sampling: WireSampling::default(), deadline_ms };
+    match gateway::classify(Ok(esc(vec![1, 200], 10)), &limits) {
+        Request::Answer(Frame::Error { code: ErrorCode::InvalidToken, session_id: Some(4), seq: Some(2), .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(code(gateway::classify(Ok(esc(vec![1; 11], 10)), &limits)), ErrorCode::ContextTooLong);
+    assert_eq!(code(gateway::classify(Ok(Frame::Pong { nonce: 1 }), &limits)), ErrorCode::Malformed);
+    assert_eq!(code(gateway::classify(Ok(hello(1, "", FP, "d")), &limits)), ErrorCode::Malformed);
+    assert_eq!(gateway::classify(Ok(Frame::Ping { nonce: 7 }), &limits), Request::Answer(Frame::Pong { nonce: 7 }));
+    assert_eq!(gateway::classify(Ok(Frame::EndSession { session_id: 3 }), &limits), Request::EndSession { session_id: 3 });
+    match gateway::classify(Ok(esc(vec![1, 2], u32::MAX)), &limits) {
+        Request::Escalate { deadline, .. } => assert_eq!(deadline, Duration::from_millis(u64::from(MAX_DEADLINE_MS)), "capped"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn every_outcome_maps_to_the_frame_the_device_expects() {
+    use EscalationOutcome as O;
+    let code = |o| match gateway::reply(9, 3, o) {
+        Frame::Error { code, session_id: Some(9), seq: Some(3), .. } => code,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(gateway::reply(9, 3, O::Token { token_id: 5, logprob: -1.0, llm_ms: 4 }), Frame::Token { session_id: 9, seq: 3, token_id: 5, logprob: -1.0, llm_ms: 4 });
+    assert_eq!(gateway::reply(9, 3, O::Busy { retry_after_ms: 7 }), Frame::Busy { session_id: 9, seq: 3, retry_after_ms: 7 });
+    assert_eq!(gateway::reply(9, 3, O::Context(ContextError::Missing { held_len: 2 })), Frame::ContextMissing { session_id: 9, seq: 3, held_len: 2 });
+    assert_eq!(code(O::Context(ContextError::Replayed { seq: 3 })), ErrorCode::Replayed);
+    assert_eq!(code(O::TooManySessions { limit: 2 }), ErrorCode::TooManySessions);
+    assert_eq!(code(O::Expired), ErrorCode::DeadlineExpired);
+    assert_eq!(code(O::SessionEnded), ErrorCode::UnknownSession);
+    assert_eq!(code(O::ContextTooLong("x".into())), ErrorCode::ContextTooLong);
+    assert_eq!(code(O::InvalidToken("x".into())), ErrorCode::InvalidToken);
+    assert_eq!(code(O::BackendFailed("x".into())), ErrorCode::BackendFailed);
+    assert_eq!(code(O::Stopped), ErrorCode::Internal);
+    assert!(matches!(gateway::oversize(10, 5), Frame::Error { code: ErrorCode::Oversize, .. }));
+    // Every answer encodes within the default limit.
+    assert!(encode_frame(&gateway::reply(9, 3, O::BackendFailed("m".repeat(100))), MAX).is_ok());
+}
+
+#[test]
+fn the_device_reads_each_handshake_answer_into_what_to_do() {
+    use super::edge::{hello, read_handshake, HandshakeAnswer};
+    let limits = Limits { max_frame_bytes: 1, max_context_tokens: 2, max_sessions: 3, service_time_ms: 4 };
+    let welcome = gateway::answer_hello(&HandshakePolicy { auth_token: None, ..handshake_policy() }, limits, Ok(hello("d", "", FP, "slm"))).unwrap().reply;
+    assert_eq!(read_handshake(welcome, FP), HandshakeAnswer::Welcome { gateway_id: "gw".into(), llm_id: "llm".into(), limits });
+    let refused = |reason| match read_handshake(Frame::Reject { reason }, "mine") {
+        HandshakeAnswer::Refused(why) => why,
+        other => panic!("{other:?}"),
+    };
+    assert!(refused(RejectReason::Auth).contains("--auth-token"));
+    assert!(refused(RejectReason::TokenizerMismatch { expected: "theirs".into() }).contains("theirs"));
+    assert!(refused(RejectReason::Version { supported: 7 }).contains('7'));
+    assert!(refused(RejectReason::Overloaded).contains("connection limit"));
+    assert!(matches!(read_handshake(Frame::Pong { nonce: 1 }, FP), HandshakeAnswer::Unexpected(_)));
+}

@@ -1,0 +1,183 @@
+//! Command-line options shared by the `edge-node` binary and the router lab (every flag has a
+//! `DUET_*` twin), and what they build: the model, the routing policy, the link, the deadlines.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use common::exchange::DeadlinePolicy;
+use common::sampling::SamplingParams;
+use model_runtime::model_files::{duet_home, ModelFiles, DEFAULT_SLM};
+use model_runtime::tokenizer::Tokenizer;
+use model_runtime::{CausalLm, LmOptions};
+
+use crate::link::LinkConfig;
+use crate::router::{ConfidenceRouter, MlpRouter, Router};
+
+/// Which model to load and how to run it.
+#[derive(Debug, Clone, Args)]
+pub struct ModelArgs {
+    /// Model id prepared under $DUET_HOME/models, or a model directory.
+    #[arg(long, env = "DUET_MODEL", default_value = DEFAULT_SLM)]
+    pub model: String,
+    /// ONNX Runtime intra-op threads (0 = one per core).
+    #[arg(long, env = "DUET_THREADS", default_value_t = 0)]
+    pub threads: usize,
+    /// Largest context (prompt + generated tokens); sizes the KV cache.
+    #[arg(long, env = "DUET_MAX_CONTEXT", default_value_t = 4096, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(16..=131072))]
+    pub max_context: usize,
+}
+
+impl ModelArgs {
+    /// Load the model and its tokenizer (checked against the recorded fingerprint).
+    pub fn load(&self) -> anyhow::Result<(CausalLm, Tokenizer)> {
+        let files = ModelFiles::locate(&self.model)?;
+        let tok = Tokenizer::load(&files.tokenizer, Some(&files.manifest.tokenizer_fingerprint))?;
+        let lm = CausalLm::load(files, &LmOptions { threads: self.threads, max_context: self.max_context })?;
+        Ok((lm, tok))
+    }
+}
+
+/// Routing to the cloud gateway (off unless --gateway is given).
+#[derive(Debug, Clone, Args)]
+pub struct CloudArgs {
+    /// Gateway address (host:port); without it generation is local-only.
+    #[arg(long, env = "DUET_GATEWAY")]
+    pub gateway: Option<String>,
+    /// Escalate a token when the router's confidence is below tau (0 = never, 1 = always).
+    #[arg(long, env = "DUET_TAU", default_value_t = 0.5, value_parser = parse_unit)]
+    pub tau: f32,
+    /// Instead of --tau: the share of tokens to escalate, turned into tau by the router file's
+    /// calibration table (needs --router FILE).
+    #[arg(long, env = "DUET_ESCALATION_RATE", value_parser = parse_unit, conflicts_with = "tau")]
+    pub escalation_rate: Option<f32>,
+    /// Routing policy: `confidence` (the SLM's top probability) or a trained router file
+    /// (from `router-lab train`) made for this SLM.
+    #[arg(long, env = "DUET_ROUTER", default_value = "confidence")]
+    pub router: String,
+    /// The gateway's certificate (PEM); default: $DUET_HOME/gateway-cert.pem, which a local gateway writes.
+    #[arg(long, env = "DUET_CA_CERT")]
+    pub ca_cert: Option<std::path::PathBuf>,
+    /// Skip TLS verification of the gateway (development only).
+    #[arg(long, env = "DUET_INSECURE")]
+    pub insecure: bool,
+    /// TLS name of the gateway.
+    #[arg(long, env = "DUET_SERVER_NAME", default_value = "localhost")]
+    pub server_name: String,
+    /// Shared secret the gateway expects.
+    #[arg(long, env = "DUET_AUTH_TOKEN", default_value = "", hide_env_values = true)]
+    pub auth_token: String,
+    /// This device's id (default: host name and process id).
+    #[arg(long, env = "DUET_DEVICE_ID")]
+    pub device_id: Option<String>,
+    /// How long to wait for the first connection before starting (generation never waits later).
+    #[arg(long, env = "DUET_CONNECT_WAIT_MS", default_value_t = 3000)]
+    pub connect_wait_ms: u64,
+    /// Shortest wait for a cloud token, ms.
+    #[arg(long, env = "DUET_DEADLINE_MIN_MS", default_value_t = 30)]
+    pub deadline_min_ms: u64,
+    /// Longest wait for a cloud token, ms: past it the SLM's token is used.
+    #[arg(long, env = "DUET_DEADLINE_MAX_MS", default_value_t = 3000)]
+    pub deadline_max_ms: u64,
+    /// Expected LLM time per context token sent, ms, until the gateway's answers measure it
+    /// (lengthens the deadline of long deltas).
+    #[arg(long, env = "DUET_DEADLINE_PER_TOKEN_MS", default_value_t = 25)]
+    pub deadline_per_token_ms: u64,
+    /// Do not send the prompt to the gateway ahead of the first hard token.
+    #[arg(long, env = "DUET_NO_PRESYNC")]
+    pub no_presync: bool,
+    /// Highlight cloud tokens: auto (when stdout is a terminal), always, never.
+    #[arg(long, env = "DUET_COLOR", default_value = "auto", value_parser = ["auto", "always", "never"])]
+    pub color: String,
+}
+
+pub fn parse_unit(s: &str) -> Result<f32, String> {
+    let v: f32 = s.parse().map_err(|e| format!("`{s}` is not a number: {e}"))?;
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v} is outside [0, 1]"))
+    }
+}
+
+/// Sampling options (greedy by default).
+#[derive(Debug, Clone, Args)]
+pub struct SamplingArgs {
+    /// Sampling temperature; 0 = greedy.
+    #[arg(long, env = "DUET_TEMPERATURE", default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Sample only among the k most likely tokens (0 = all).
+    #[arg(long, env = "DUET_TOP_K", default_value_t = 0)]
+    pub top_k: usize,
+    /// Nucleus sampling mass (1.0 = off).
+    #[arg(long, env = "DUET_TOP_P", default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Seed for reproducible sampling.
+    #[arg(long, env = "DUET_SEED")]
+    pub seed: Option<u64>,
+}
+
+impl SamplingArgs {
+    /// As validated sampling parameters.
+    pub fn params(&self) -> anyhow::Result<SamplingParams> {
+        let p = SamplingParams { temperature: self.temperature, top_k: self.top_k, top_p: self.top_p, seed: self.seed };
+        p.validate()?;
+        Ok(p)
+    }
+}
+
+/// The routing policy and threshold the command line asks for: `--router` picks the policy,
+/// `--escalation-rate` (through the router file's calibration table) or `--tau` the threshold.
+pub fn build_router(cloud: &CloudArgs, lm: &CausalLm, tok: &Tokenizer) -> anyhow::Result<(Box<dyn Router>, f32)> {
+    if cloud.router == "confidence" {
+        if let Some(rate) = cloud.escalation_rate {
+            anyhow::bail!("--escalation-rate {rate} needs a trained router file (--router FILE): its calibration table maps rates to tau");
+        }
+        return Ok((Box::new(ConfidenceRouter), cloud.tau));
+    }
+    let path = std::path::Path::new(&cloud.router);
+    let m = lm.manifest();
+    let router = MlpRouter::load(path, &m.id, tok.fingerprint(), m.hidden_size)?;
+    let tau = match cloud.escalation_rate {
+        Some(rate) => router.model().meta().calibration.tau_for_rate(rate)?,
+        None => cloud.tau,
+    };
+    tracing::info!(router = %path.display(), tau, "trained router loaded");
+    Ok((Box::new(router), tau))
+}
+
+/// The deadline policy the command line asks for.
+pub fn deadline_policy(cloud: &CloudArgs) -> DeadlinePolicy {
+    DeadlinePolicy {
+        min: Duration::from_millis(cloud.deadline_min_ms),
+        max: Duration::from_millis(cloud.deadline_max_ms.max(cloud.deadline_min_ms)),
+        per_token: Duration::from_millis(cloud.deadline_per_token_ms),
+        ..DeadlinePolicy::default()
+    }
+}
+
+/// Build the link configuration from the command line.
+pub fn link_config(cloud: &CloudArgs, tok: &Tokenizer, slm_id: &str) -> anyhow::Result<LinkConfig> {
+    let gateway = cloud.gateway.clone().context("--gateway is required")?;
+    let ca_cert = cloud.ca_cert.clone().or_else(|| {
+        let p = duet_home().join("gateway-cert.pem");
+        p.exists().then_some(p)
+    });
+    let device_id = cloud.device_id.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "device".into());
+        format!("{host}-{}", std::process::id())
+    });
+    Ok(LinkConfig {
+        gateway,
+        server_name: cloud.server_name.clone(),
+        ca_cert,
+        insecure: cloud.insecure,
+        device_id,
+        auth_token: cloud.auth_token.clone(),
+        tokenizer_fingerprint: tok.fingerprint().to_string(),
+        slm_id: slm_id.to_string(),
+        backoff_min: Duration::from_millis(100),
+        backoff_max: Duration::from_secs(5),
+    })
+}
+

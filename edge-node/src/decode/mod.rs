@@ -1,0 +1,23 @@
+//! The one decode loop of the device: SLM step → router → keep, escalate or fall back → append.
+//!
+//! Every use runs [`decode`]: local generation (no cloud), routed generation over the QUIC
+//! link, the CommonsenseQA evaluation (an in-process LLM as the cloud), the router lab's
+//! roll-outs, and later the app server and the fleet simulator. It is generic over the SLM
+//! ([`Slm`]: the ONNX model, a memoised one for evaluation sweeps, or a trace-driven stand-in)
+//! and over the cloud ([`Cloud`]), so what is evaluated is exactly what serves users
+//! (docs/ARCHITECTURE.md, "Decode loop").
+
+mod cloud;
+mod engine;
+mod slm;
+mod stats;
+mod trace;
+
+#[cfg(test)]
+mod tests;
+
+pub use cloud::{Cloud, CloudAnswer, NoCloud};
+pub use engine::{decode, DecodeParams, Emitted, FinishReason, TokenSource};
+pub use slm::{OnnxSlm, Proposal, Slm};
+pub use stats::DecodeStats;
+pub use trace::{TracePoint, TraceSlm};

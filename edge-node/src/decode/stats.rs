@@ -1,0 +1,157 @@
+//! Counters and latencies of one decoded sequence, as `--json` reports them.
+
+use serde::Serialize;
+
+use common::exchange::FallbackReason;
+
+use super::engine::FinishReason;
+
+/// What one call of [`super::decode`] did.
+#[derive(Debug, Clone, Serialize)]
+pub struct DecodeStats {
+    /// Tokens in the (possibly truncated) prompt.
+    pub prompt_tokens: usize,
+    /// Prompt tokens dropped by left truncation (set by the caller that truncated).
+    pub truncated_tokens: usize,
+    /// Tokens generated (a stop token included).
+    pub tokens: usize,
+    /// Why generation stopped.
+    pub finish_reason: FinishReason,
+    /// Tokens the router sent to the cloud.
+    pub escalated: usize,
+    /// Of those, answered by the cloud in time.
+    pub cloud_tokens: usize,
+    /// Escalations that took the SLM's token instead, by reason below.
+    pub fallbacks: usize,
+    pub fallback_timeout: usize,
+    pub fallback_busy: usize,
+    pub fallback_link_down: usize,
+    pub fallback_degraded: usize,
+    pub fallback_error: usize,
+    /// `ContextMissing` answers (each followed by a `Full` resend).
+    pub context_missing: usize,
+    /// Escalations that carried the whole context (`Full`): the first, and each resync.
+    pub full_syncs: usize,
+    /// Frame bytes (length prefix included) of the first escalation.
+    pub first_escalation_bytes: usize,
+    /// Average frame bytes of the escalations after the first.
+    pub later_escalation_bytes_avg: f64,
+    /// Frame bytes the link sent and received during the session.
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// Time of the prompt prefill.
+    pub prefill_ms: f64,
+    /// Time after the prefill.
+    pub decode_ms: f64,
+    /// Generated tokens after the first, per second of decode time.
+    pub decode_tokens_per_s: f64,
+    /// Whole call.
+    pub total_ms: f64,
+    /// Generated tokens per second of the whole call.
+    pub tokens_per_s: f64,
+    pub token_latency_ms_p50: f64,
+    pub token_latency_ms_p90: f64,
+    pub token_latency_ms_p99: f64,
+    pub escalation_latency_ms_p50: f64,
+    pub escalation_latency_ms_p99: f64,
+    #[serde(skip)]
+    pub(crate) token_latencies: Vec<f64>,
+    #[serde(skip)]
+    pub(crate) escalation_latencies: Vec<f64>,
+    /// Frame bytes of each escalation, in order (filled by the cloud).
+    #[serde(skip)]
+    pub escalation_bytes: Vec<usize>,
+}
+
+impl Default for DecodeStats {
+    fn default() -> Self {
+        Self {
+            prompt_tokens: 0,
+            truncated_tokens: 0,
+            tokens: 0,
+            finish_reason: FinishReason::Length,
+            escalated: 0,
+            cloud_tokens: 0,
+            fallbacks: 0,
+            fallback_timeout: 0,
+            fallback_busy: 0,
+            fallback_link_down: 0,
+            fallback_degraded: 0,
+            fallback_error: 0,
+            context_missing: 0,
+            full_syncs: 0,
+            first_escalation_bytes: 0,
+            later_escalation_bytes_avg: 0.0,
+            bytes_sent: 0,
+            bytes_received: 0,
+            prefill_ms: 0.0,
+            decode_ms: 0.0,
+            decode_tokens_per_s: 0.0,
+            total_ms: 0.0,
+            tokens_per_s: 0.0,
+            token_latency_ms_p50: 0.0,
+            token_latency_ms_p90: 0.0,
+            token_latency_ms_p99: 0.0,
+            escalation_latency_ms_p50: 0.0,
+            escalation_latency_ms_p99: 0.0,
+            token_latencies: Vec::new(),
+            escalation_latencies: Vec::new(),
+            escalation_bytes: Vec::new(),
+        }
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+impl DecodeStats {
+    pub(crate) fn fallback(&mut self, reason: FallbackReason) {
+        self.fallbacks += 1;
+        match reason {
+            FallbackReason::Timeout => self.fallback_timeout += 1,
+            FallbackReason::Busy => self.fallback_busy += 1,
+            FallbackReason::LinkDown => self.fallback_link_down += 1,
+            FallbackReason::Degraded => self.fallback_degraded += 1,
+            FallbackReason::GatewayError | FallbackReason::Transport => self.fallback_error += 1,
+        }
+    }
+
+    /// Add another sequence's counters (totals over an evaluation).
+    pub fn add_counts(&mut self, other: &DecodeStats) {
+        self.tokens += other.tokens;
+        self.escalated += other.escalated;
+        self.cloud_tokens += other.cloud_tokens;
+        self.fallbacks += other.fallbacks;
+        self.fallback_timeout += other.fallback_timeout;
+        self.fallback_busy += other.fallback_busy;
+        self.fallback_link_down += other.fallback_link_down;
+        self.fallback_degraded += other.fallback_degraded;
+        self.fallback_error += other.fallback_error;
+        self.context_missing += other.context_missing;
+        self.full_syncs += other.full_syncs;
+    }
+
+    pub(crate) fn finish(&mut self) {
+        let mut t = std::mem::take(&mut self.token_latencies);
+        t.sort_by(f64::total_cmp);
+        self.token_latency_ms_p50 = percentile(&t, 0.5);
+        self.token_latency_ms_p90 = percentile(&t, 0.9);
+        self.token_latency_ms_p99 = percentile(&t, 0.99);
+        let mut e = std::mem::take(&mut self.escalation_latencies);
+        e.sort_by(f64::total_cmp);
+        self.escalation_latency_ms_p50 = percentile(&e, 0.5);
+        self.escalation_latency_ms_p99 = percentile(&e, 0.99);
+        if let Some((first, later)) = self.escalation_bytes.split_first() {
+            self.first_escalation_bytes = *first;
+            self.later_escalation_bytes_avg = if later.is_empty() { 0.0 } else { later.iter().sum::<usize>() as f64 / later.len() as f64 };
+        }
+        self.tokens_per_s = if self.total_ms > 0.0 { self.tokens as f64 / (self.total_ms / 1e3) } else { 0.0 };
+        let steps = self.tokens.saturating_sub(1);
+        self.decode_tokens_per_s = if self.decode_ms > 0.0 { steps as f64 / (self.decode_ms / 1e3) } else { 0.0 };
+    }
+}

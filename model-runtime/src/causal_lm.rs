@@ -1,0 +1,293 @@
+//! A causal language model on ONNX Runtime with an in-place KV cache.
+//!
+//! The graphs come from onnxruntime-genai's model builder: `GroupQueryAttention` layers whose
+//! `past_key_values.*` inputs and `present.*` outputs may share one buffer. Each [`KvCache`]
+//! allocates that buffer once at its full capacity and binds it as both input and output, so a
+//! decode step writes one new position in place and never copies the cache; positions come
+//! from the attention mask length. This keeps the time per token flat as the context grows.
+
+use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
+use ort::session::{builder::GraphOptimizationLevel, IoBinding, Session};
+use ort::value::Tensor;
+
+use super::{env::environment, RuntimeError};
+use crate::model_files::{ModelFiles, ModelManifest};
+
+/// Runtime settings for one model.
+#[derive(Debug, Clone)]
+pub struct LmOptions {
+    /// Intra-op threads (0 = one per available core).
+    pub threads: usize,
+    /// Largest context (prompt + generated tokens) a cache can hold; bounded by the model's own.
+    pub max_context: usize,
+}
+
+impl Default for LmOptions {
+    fn default() -> Self {
+        Self { threads: 0, max_context: 4096 }
+    }
+}
+
+/// What one forward pass yields for the last position.
+#[derive(Debug, Clone, Default)]
+pub struct StepOutput {
+    /// Next-token logits (vocabulary wide).
+    pub logits: Vec<f32>,
+    /// Final hidden state (after the last norm): the router's input.
+    pub hidden: Vec<f32>,
+}
+
+/// A loaded model: one ONNX Runtime session, reused for every cache and step.
+pub struct CausalLm {
+    pub(crate) session: Session,
+    files: ModelFiles,
+    has_position_ids: bool,
+    stop_tokens: Vec<u32>,
+    max_context: usize,
+    pub(crate) cpu: MemoryInfo<'static>,
+    pub(crate) workspace: Option<super::batch::BatchWorkspace>,
+}
+
+impl std::fmt::Debug for CausalLm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CausalLm").field("model", &self.files.manifest.id).field("dir", &self.files.dir).finish()
+    }
+}
+
+/// Per layer: (key, value) base pointers of ORT-owned KV buffers.
+pub(crate) type KvPointers = Vec<(*mut f32, *mut f32)>;
+
+/// Per-sequence attention state: KV buffers bound in place to the session.
+pub struct KvCache {
+    binding: IoBinding,
+    tokens: Vec<u32>,
+    capacity: usize,
+    /// Per layer: (key, value) base pointers of the `[1, kv_heads, capacity, head]` buffers,
+    /// owned by ORT and kept alive by `binding`; used to gather/scatter for batched calls.
+    layers: KvPointers,
+}
+
+// SAFETY: the raw pointers address buffers owned by `binding`'s held values, which move with
+// the cache; a cache is only used through `&mut` (one thread at a time).
+unsafe impl Send for KvCache {}
+
+impl std::fmt::Debug for KvCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KvCache").field("len", &self.tokens.len()).field("capacity", &self.capacity).finish()
+    }
+}
+
+impl KvCache {
+    /// Tokens whose keys and values are cached.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Whether nothing is cached yet.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// Most tokens this cache can hold.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The cached token ids, in order.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Forget everything after the first `len` tokens (the buffers are overwritten on the next step).
+    pub fn truncate(&mut self, len: usize) {
+        self.tokens.truncate(len);
+    }
+
+    /// Start over with an empty context.
+    pub fn clear(&mut self) {
+        self.tokens.clear();
+    }
+
+    /// How much of the cache can serve `context`: the longest common prefix of the cached
+    /// tokens and `context`, leaving at least the last token of `context` to run (its logits
+    /// are not cached). Truncate to it and run the rest: the one rule every cache reuse
+    /// follows (a session's next escalation at the gateway, the device's next turn, an
+    /// evaluation moving between runs).
+    pub fn reusable_prefix(&self, context: &[u32]) -> usize {
+        let common = self.tokens.iter().zip(context).take_while(|(a, b)| a == b).count();
+        common.min(context.len().saturating_sub(1))
+    }
+
+    pub(crate) fn layer_ptrs(&self, layer: usize) -> (*mut f32, *mut f32) {
+        self.layers[layer]
+    }
+
+    pub(crate) fn push_tokens(&mut self, tokens: &[u32]) {
+        self.tokens.extend_from_slice(tokens);
+    }
+}
+
+pub(crate) fn ort_err(context: &'static str) -> impl FnOnce(ort::Error) -> RuntimeError {
+    move |e| RuntimeError::Ort { context, message: e.to_string() }
+}
+
+impl CausalLm {
+    /// Load a prepared model and check that its graph has the interface this runtime drives.
+    pub fn load(files: ModelFiles, opts: &LmOptions) -> Result<Self, RuntimeError> {
+        let env = environment()?;
+        let threads = if opts.threads == 0 { std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) } else { opts.threads };
+        let configure = || -> Result<ort::session::builder::SessionBuilder, ort::Error> {
+            Ok(Session::builder(env)?
+                .with_optimization_level(GraphOptimizationLevel::Level3)?
+                .with_intra_threads(threads)?
+                .with_inter_threads(1)?)
+        };
+        let session = configure()
+            .map_err(|e| RuntimeError::Ort { context: "configuring the session", message: e.to_string() })?
+            .commit_from_file(&files.onnx)
+            .map_err(|e| RuntimeError::Ort { context: "loading the model", message: format!("{}: {e}", files.onnx.display()) })?;
+        let m = &files.manifest;
+        let inputs: Vec<&str> = session.inputs().iter().map(|o| o.name()).collect();
+        let outputs: Vec<&str> = session.outputs().iter().map(|o| o.name()).collect();
+        let mut need_in = vec!["input_ids".to_string(), "attention_mask".to_string()];
+        let mut need_out = vec!["logits".to_string(), "hidden_states".to_string()];
+        for i in 0..m.num_layers {
+            for kv in ["key", "value"] {
+                need_in.push(format!("past_key_values.{i}.{kv}"));
+                need_out.push(format!("present.{i}.{kv}"));
+            }
+        }
+        for n in &need_in {
+            if !inputs.contains(&n.as_str()) {
+                return Err(RuntimeError::Interface(format!("{} has no input `{n}`; re-run deploy/models/prepare", files.onnx.display())));
+            }
+        }
+        for n in &need_out {
+            if !outputs.contains(&n.as_str()) {
+                return Err(RuntimeError::Interface(format!(
+                    "{} has no output `{n}` (the router needs `hidden_states`); re-run deploy/models/prepare",
+                    files.onnx.display()
+                )));
+            }
+        }
+        let has_position_ids = inputs.contains(&"position_ids");
+        let mut stop_tokens = m.eos_token_ids.clone();
+        for t in [151643u32, 151645] {
+            // <|endoftext|> and <|im_end|> end a Qwen turn whether or not the manifest lists both.
+            if (t as usize) < m.vocab_size && !stop_tokens.contains(&t) && m.vocab_size == 151936 {
+                stop_tokens.push(t);
+            }
+        }
+        let max_context = opts.max_context.min(m.context_length).max(2);
+        let cpu = MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::Default).map_err(ort_err("cpu memory info"))?;
+        tracing::info!(model = %m.id, precision = %m.precision, threads, max_context, "model loaded");
+        Ok(Self { session, files, has_position_ids, stop_tokens, max_context, cpu, workspace: None })
+    }
+
+    /// What the preparation step recorded about this model.
+    pub fn manifest(&self) -> &ModelManifest {
+        &self.files.manifest
+    }
+
+    /// Files the model was loaded from.
+    pub fn files(&self) -> &ModelFiles {
+        &self.files
+    }
+
+    /// Tokens that end generation (EOS and end-of-turn).
+    pub fn stop_tokens(&self) -> &[u32] {
+        &self.stop_tokens
+    }
+
+    /// The context limit of caches made by [`CausalLm::new_cache`].
+    pub fn max_context(&self) -> usize {
+        self.max_context
+    }
+
+    /// Allocate a KV cache of `capacity` tokens (default: the model's `max_context`).
+    ///
+    /// Memory: layers x 2 x kv_heads x capacity x head_size x 4 bytes, allocated now, once.
+    pub fn new_cache(&self, capacity: Option<usize>) -> Result<KvCache, RuntimeError> {
+        let m = &self.files.manifest;
+        let capacity = capacity.unwrap_or(self.max_context).clamp(2, m.context_length);
+        let (binding, layers) = self.bind_kv([1, m.num_kv_heads, capacity, m.head_size])?;
+        Ok(KvCache { binding, tokens: Vec::with_capacity(capacity), capacity, layers })
+    }
+
+    /// Allocate zeroed KV buffers of `shape` for every layer and bind each as both the past
+    /// input and the present output (in place); returns the binding and the buffers' pointers.
+    pub(crate) fn bind_kv(&self, shape: [usize; 4]) -> Result<(IoBinding, KvPointers), RuntimeError> {
+        let m = &self.files.manifest;
+        let mut binding = self.session.create_binding().map_err(ort_err("creating an I/O binding"))?;
+        let mut layers = Vec::with_capacity(m.num_layers);
+        for i in 0..m.num_layers {
+            let mut ptrs = [std::ptr::null_mut(); 2];
+            for (j, kv) in ["key", "value"].into_iter().enumerate() {
+                let mut t = Tensor::<f32>::new(self.session.allocator(), shape).map_err(ort_err("allocating a KV buffer"))?;
+                let (_, data) = t.extract_tensor_mut();
+                data.fill(0.0);
+                ptrs[j] = data.as_mut_ptr();
+                binding.bind_input(format!("past_key_values.{i}.{kv}"), &t).map_err(ort_err("binding a KV buffer"))?;
+                binding.bind_output(format!("present.{i}.{kv}"), t).map_err(ort_err("binding a KV buffer"))?;
+            }
+            layers.push((ptrs[0], ptrs[1]));
+        }
+        Ok((binding, layers))
+    }
+
+    /// Append `tokens` to the cached context and return logits and hidden state for the last one.
+    ///
+    /// One token is a decode step; several are a prefill. On error the cache is unchanged.
+    pub fn forward(&mut self, cache: &mut KvCache, tokens: &[u32]) -> Result<StepOutput, RuntimeError> {
+        let mut out = StepOutput::default();
+        self.forward_into(cache, tokens, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`CausalLm::forward`] into reusable buffers (no allocation per step once they are sized).
+    pub fn forward_into(&mut self, cache: &mut KvCache, tokens: &[u32], out: &mut StepOutput) -> Result<(), RuntimeError> {
+        let m = &self.files.manifest;
+        if tokens.is_empty() {
+            return Err(RuntimeError::EmptyInput);
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= m.vocab_size) {
+            return Err(RuntimeError::TokenOutOfRange { token: bad, vocab_size: m.vocab_size });
+        }
+        let past = cache.tokens.len();
+        let total = past + tokens.len();
+        if total > cache.capacity {
+            return Err(RuntimeError::ContextFull { needed: total, capacity: cache.capacity });
+        }
+        let n = tokens.len();
+        let ids = Tensor::from_array(([1usize, n], tokens.iter().map(|&t| t as i64).collect::<Vec<_>>())).map_err(ort_err("input_ids"))?;
+        let mask = Tensor::from_array(([1usize, total], vec![1i64; total])).map_err(ort_err("attention_mask"))?;
+        cache.binding.bind_input("input_ids", &ids).map_err(ort_err("binding input_ids"))?;
+        cache.binding.bind_input("attention_mask", &mask).map_err(ort_err("binding attention_mask"))?;
+        if self.has_position_ids {
+            let pos = Tensor::from_array(([1usize, n], (past as i64..total as i64).collect::<Vec<_>>())).map_err(ort_err("position_ids"))?;
+            cache.binding.bind_input("position_ids", &pos).map_err(ort_err("binding position_ids"))?;
+        }
+        // Output shapes change with the number of input tokens, so ORT allocates them per run;
+        // re-binding drops the previous run's buffers (a bound buffer would be reused as is).
+        cache.binding.bind_output_to_device("logits", &self.cpu).map_err(ort_err("binding logits"))?;
+        cache.binding.bind_output_to_device("hidden_states", &self.cpu).map_err(ort_err("binding hidden states"))?;
+        let outputs = self.session.run_binding(&cache.binding).map_err(ort_err("running the model"))?;
+        let (shape, logits) = outputs["logits"].try_extract_tensor::<f32>().map_err(ort_err("reading logits"))?;
+        let vocab = *shape.last().unwrap_or(&0) as usize;
+        if vocab == 0 || logits.len() < vocab {
+            return Err(RuntimeError::Interface(format!("logits have shape {shape:?}")));
+        }
+        out.logits.clear();
+        out.logits.extend_from_slice(&logits[logits.len() - vocab..]);
+        let (shape, hidden) = outputs["hidden_states"].try_extract_tensor::<f32>().map_err(ort_err("reading hidden states"))?;
+        let width = *shape.last().unwrap_or(&0) as usize;
+        if width == 0 || hidden.len() < width {
+            return Err(RuntimeError::Interface(format!("hidden_states have shape {shape:?}")));
+        }
+        out.hidden.clear();
+        out.hidden.extend_from_slice(&hidden[hidden.len() - width..]);
+        drop(outputs);
+        cache.tokens.extend_from_slice(tokens);
+        Ok(())
+    }
+}

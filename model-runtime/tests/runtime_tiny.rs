@@ -1,0 +1,135 @@
+//! The runtime on the tiny generated model (same architecture and interface as the real ones):
+//! KV-cache correctness, cache independence and input validation, in well under a second.
+
+use model_runtime::model_files::{ModelFiles, TINY_MODEL};
+use model_runtime::tokenizer::Tokenizer;
+use model_runtime::{CausalLm, LmOptions, RuntimeError};
+
+fn tiny() -> CausalLm {
+    let files = ModelFiles::locate(TINY_MODEL).expect("tiny model missing: run deploy/models/prepare");
+    CausalLm::load(files, &LmOptions { threads: 1, max_context: 64 }).expect("load tiny model")
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+const TOKENS: [u32; 12] = [9707, 11, 1879, 0, 151643, 42, 1000, 70000, 5, 6, 7, 151935];
+
+#[test]
+fn incremental_decode_matches_one_prefill() {
+    let mut lm = tiny();
+    let mut full = lm.new_cache(None).unwrap();
+    let reference = lm.forward(&mut full, &TOKENS).unwrap();
+    assert_eq!(reference.logits.len(), lm.manifest().vocab_size);
+    assert_eq!(reference.hidden.len(), lm.manifest().hidden_size);
+
+    let mut inc = lm.new_cache(None).unwrap();
+    lm.forward(&mut inc, &TOKENS[..5]).unwrap();
+    let mut last = None;
+    for &t in &TOKENS[5..] {
+        last = Some(lm.forward(&mut inc, &[t]).unwrap());
+    }
+    let last = last.unwrap();
+    assert_eq!(inc.len(), TOKENS.len());
+    assert!(max_abs_diff(&reference.logits, &last.logits) < 1e-3, "logits differ: {}", max_abs_diff(&reference.logits, &last.logits));
+    assert!(max_abs_diff(&reference.hidden, &last.hidden) < 1e-3);
+}
+
+#[test]
+fn caches_are_independent_when_interleaved() {
+    let mut lm = tiny();
+    let mut a = lm.new_cache(None).unwrap();
+    let mut b = lm.new_cache(None).unwrap();
+    let alone = {
+        let mut c = lm.new_cache(None).unwrap();
+        lm.forward(&mut c, &TOKENS[..4]).unwrap();
+        lm.forward(&mut c, &TOKENS[4..8]).unwrap()
+    };
+    lm.forward(&mut a, &TOKENS[..4]).unwrap();
+    lm.forward(&mut b, &TOKENS[6..]).unwrap();
+    let mixed = lm.forward(&mut a, &TOKENS[4..8]).unwrap();
+    assert!(max_abs_diff(&alone.logits, &mixed.logits) < 1e-4);
+}
+
+#[test]
+fn truncate_rolls_back_the_context() {
+    let mut lm = tiny();
+    let mut c = lm.new_cache(None).unwrap();
+    lm.forward(&mut c, &TOKENS[..6]).unwrap();
+    let first = lm.forward(&mut c, &[TOKENS[6]]).unwrap();
+    lm.forward(&mut c, &[1, 2, 3]).unwrap();
+    c.truncate(6);
+    let again = lm.forward(&mut c, &[TOKENS[6]]).unwrap();
+    assert_eq!(c.tokens(), &TOKENS[..7]);
+    assert!(max_abs_diff(&first.logits, &again.logits) < 1e-4);
+}
+
+#[test]
+fn bad_inputs_are_typed_errors_and_leave_the_cache_alone() {
+    let mut lm = tiny();
+    let mut c = lm.new_cache(Some(8)).unwrap();
+    assert!(matches!(lm.forward(&mut c, &[]), Err(RuntimeError::EmptyInput)));
+    assert!(matches!(lm.forward(&mut c, &[151936]), Err(RuntimeError::TokenOutOfRange { token: 151936, .. })));
+    lm.forward(&mut c, &TOKENS[..6]).unwrap();
+    assert!(matches!(lm.forward(&mut c, &TOKENS[..3]), Err(RuntimeError::ContextFull { needed: 9, capacity: 8 })));
+    assert_eq!(c.len(), 6);
+    lm.forward(&mut c, &TOKENS[..2]).unwrap();
+    assert_eq!(c.len(), 8);
+}
+
+#[test]
+fn tokenizer_fingerprint_matches_the_one_recorded_at_preparation() {
+    let files = ModelFiles::locate(TINY_MODEL).unwrap();
+    let tok = Tokenizer::load(&files.tokenizer, Some(&files.manifest.tokenizer_fingerprint)).unwrap();
+    assert_eq!(tok.fingerprint().len(), 64);
+    let err = Tokenizer::load(&files.tokenizer, Some("00")).unwrap_err();
+    assert!(err.to_string().contains("fingerprint"), "{err}");
+    let ids = tok.encode("<|im_start|>user\nhello<|im_end|>").unwrap();
+    assert_eq!(ids[0], 151644, "special tokens in text must map to their ids");
+}
+
+#[test]
+fn batched_forward_matches_row_by_row() {
+    let mut lm = tiny();
+    // Rows with different histories and different numbers of new tokens (1, 3, 2), plus one
+    // row too short to be padded with its own history (it runs alone).
+    let histories: [&[u32]; 4] = [&TOKENS[..6], &TOKENS[2..9], &TOKENS[..4], &[]];
+    let new: [&[u32]; 4] = [&[5], &[6, 7, 8], &[9, 10], &[11, 12, 13, 14]];
+    let mut expected = Vec::new();
+    for (h, n) in histories.iter().zip(new.iter()) {
+        let mut c = lm.new_cache(None).unwrap();
+        if !h.is_empty() {
+            lm.forward(&mut c, h).unwrap();
+        }
+        expected.push(lm.forward(&mut c, n).unwrap());
+    }
+    let mut caches: Vec<_> = histories
+        .iter()
+        .map(|h| {
+            let mut c = lm.new_cache(None).unwrap();
+            if !h.is_empty() {
+                lm.forward(&mut c, h).unwrap();
+            }
+            c
+        })
+        .collect();
+    let mut refs: Vec<&mut model_runtime::KvCache> = caches.iter_mut().collect();
+    let got = lm.forward_batch(&mut refs, &new).unwrap();
+    for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+        assert!(max_abs_diff(&g.logits, &e.logits) < 1e-3, "row {i}: logits differ by {}", max_abs_diff(&g.logits, &e.logits));
+        assert!(max_abs_diff(&g.hidden, &e.hidden) < 1e-3, "row {i}: hidden differs");
+    }
+    // The caches now continue exactly as if each row had run alone.
+    for (i, c) in caches.iter_mut().enumerate() {
+        assert_eq!(c.len(), histories[i].len() + new[i].len());
+        let mut solo = lm.new_cache(None).unwrap();
+        let mut all: Vec<u32> = histories[i].to_vec();
+        all.extend_from_slice(new[i]);
+        lm.forward(&mut solo, &all).unwrap();
+        let a = lm.forward(&mut solo, &[42]).unwrap();
+        let b = lm.forward(c, &[42]).unwrap();
+        assert!(max_abs_diff(&a.logits, &b.logits) < 1e-3, "row {i}: cache continues differently");
+    }
+}

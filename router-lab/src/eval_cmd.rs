@@ -1,0 +1,385 @@
+//! `edge-node eval-cqa`: CommonsenseQA accuracy against the share of tokens escalated, for
+//! SLM-only, LLM-only, random routing, confidence-threshold routing and the trained router at
+//! several operating points (in-process, see `eval_item`), or for the served system through a
+//! real gateway over QUIC (`--gateway`).
+//!
+//! Results go to `--out`: `items.jsonl` (one line per item, appended as items finish, so a
+//! killed run resumes where it stopped), `config.json` (a resumed run must match it), and the
+//! summaries `results.json`, `results.csv` and `pareto.svg`, rewritten as the run goes.
+
+use std::collections::HashSet;
+use std::io::{BufRead, Write};
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use common::exchange::LinkHealth;
+use common::protocol::WireSampling;
+use common::sampling::SamplingParams;
+use edge_node::args::{build_router, deadline_policy, link_config, parse_unit, CloudArgs};
+use edge_node::decode::{decode, DecodeParams, DecodeStats, OnnxSlm};
+use edge_node::link::{next_session_id, Link};
+use edge_node::link_cloud::LinkCloud;
+use edge_node::router_file::MlpRouterModel;
+use model_runtime::chat::render_user;
+use model_runtime::tokenizer::Tokenizer;
+use model_runtime::CausalLm;
+
+use crate::cqa::{extract_answer, prompt_for, Item};
+use crate::cqa_args::{progress, read_dataset, PairArgs};
+use crate::eval_item::{answer_line_done, ItemEvaluator, RunOutcome, RunSpec};
+use crate::eval_report::{summarise, write_reports, ItemRecord};
+
+/// Options of `edge-node eval-cqa`.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    pub pair: PairArgs,
+    /// Evaluation items (question, choices, answerKey).
+    #[arg(long, env = "DUET_EVAL_DATA", default_value = "deploy/data/commonsense_qa/validation.jsonl")]
+    pub data: PathBuf,
+    /// Evaluate only the first N items (reports say which N).
+    #[arg(long, env = "DUET_LIMIT")]
+    pub limit: Option<usize>,
+    /// Policies to run (in-process mode).
+    #[arg(long, env = "DUET_POLICIES", value_delimiter = ',', default_value = "slm-only,llm-only,random,confidence,router",
+          value_parser = ["slm-only", "llm-only", "random", "confidence", "router"])]
+    pub policies: Vec<String>,
+    /// Operating points: target shares of escalated tokens (each turned into tau by the router
+    /// file's calibration tables).
+    #[arg(long, env = "DUET_RATES", value_delimiter = ',', default_value = "0.02,0.05,0.07,0.1,0.15,0.25", value_parser = parse_unit)]
+    pub rates: Vec<f32>,
+    /// Most tokens per answer.
+    #[arg(long, env = "DUET_MAX_NEW_TOKENS", default_value_t = 96)]
+    pub max_new_tokens: usize,
+    /// Output directory (resumed when it holds a run of the same configuration).
+    #[arg(long, env = "DUET_EVAL_OUT")]
+    pub out: PathBuf,
+    /// Take outcomes of runs with the same name from another in-process results directory made
+    /// with the same models, router file and settings (e.g. the full-set run reuses the items
+    /// a sweep already evaluated) instead of computing them again.
+    #[arg(long, env = "DUET_EVAL_REUSE")]
+    pub reuse: Option<PathBuf>,
+    /// Routing flags as for `generate`: --router FILE is the trained router; with --gateway the
+    /// served system is evaluated at --escalation-rate (or --tau) instead of the in-process sweep.
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+}
+
+/// Run it.
+pub fn run(args: EvalArgs) -> anyhow::Result<()> {
+    let items = read_dataset(&args.data, args.limit)?;
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    if args.cloud.gateway.is_some() {
+        return run_served(&args, &items);
+    }
+    let mut pair = args.pair.load(4096)?;
+    let router = match args.cloud.router.as_str() {
+        "confidence" => None,
+        path => {
+            let path = Path::new(path);
+            let m = pair.slm.manifest();
+            let model = MlpRouterModel::load(path)?;
+            model.check_compatible(path, &m.id, pair.tok.fingerprint(), m.hidden_size)?;
+            Some(model)
+        }
+    };
+    let specs = run_specs(&args, router.as_ref())?;
+    let config = serde_json::json!({
+        "mode": "in-process",
+        "slm": pair.slm.manifest().id,
+        "llm": pair.llm.manifest().id,
+        "router": args.cloud.router,
+        "router_training": router.as_ref().map(|r| r.meta().training.clone()),
+        "data": args.data.display().to_string(),
+        "max_new_tokens": args.max_new_tokens,
+        "runs": specs,
+        // The rule's name when these results were first written; kept so that results stay
+        // comparable (`--reuse`, resuming) across the move of the rule into the lab.
+        "answer_rule": "common::cqa::extract_answer",
+        "stop_rule": "stop token, max_new_tokens, or end of the line holding 'the answer is'",
+    });
+    let names: Vec<(String, String, f32)> = specs.iter().map(|s| (s.name(), s.policy().to_string(), s.target_rate())).collect();
+    let (mut records, mut out) = open_results(&args.out, &config)?;
+    let selected: HashSet<&str> = items.iter().map(|i| i.id.as_str()).collect();
+    records.retain(|r| selected.contains(r.id.as_str()));
+    if let Some(dir) = &args.reuse {
+        let taken = reuse_from(dir, &config, &items, &names, &mut records, &mut out)?;
+        eprintln!("reused {taken} items from {}", dir.display());
+    }
+    let done: HashSet<String> = records.iter().map(|r| r.id.clone()).collect();
+    let capacity = 512.max(args.max_new_tokens + 256);
+    let mut eval = ItemEvaluator::new(&mut pair.slm, &mut pair.llm, &pair.tok, router, capacity, args.max_new_tokens)?;
+    let bar = progress(items.len() as u64, "eval");
+    bar.set_position(done.len() as u64);
+    eprintln!("{} items ({} done before), {} runs each -> {}", items.len(), done.len(), specs.len(), args.out.display());
+    let mut since_report = 0;
+    for item in items.iter().filter(|i| !done.contains(&i.id)) {
+        let prompt = pair_prompt(&pair.tok, item)?;
+        eval.set_prompt(prompt)?;
+        let mut runs = Vec::with_capacity(specs.len());
+        for spec in &specs {
+            let (ids, escalated) = eval.run(spec, seed_for(&item.id, spec))?;
+            runs.push(outcome(&pair.tok, item, spec.name(), &ids, escalated)?);
+        }
+        let rec = ItemRecord { id: item.id.clone(), answer_key: item.answer_key.clone(), runs };
+        append(&mut out, &rec)?;
+        records.push(rec);
+        bar.inc(1);
+        since_report += 1;
+        if since_report >= 10 {
+            since_report = 0;
+            write_reports(&args.out, &config, &summarise(&records, &names))?;
+            if bar.is_hidden() {
+                eprintln!("eval: {}/{} items", records.len(), items.len());
+            }
+        }
+    }
+    bar.finish();
+    let rows = summarise(&records, &names);
+    write_reports(&args.out, &config, &rows)?;
+    print_table(&rows);
+    eprintln!("SLM tokens computed {}, LLM tokens computed {}", eval.slm_tokens_computed(), eval.llm_tokens_computed());
+    Ok(())
+}
+
+fn pair_prompt(tok: &Tokenizer, item: &Item) -> anyhow::Result<Vec<u32>> {
+    let text = item.prompt.clone().unwrap_or_else(|| prompt_for(&item.question, &item.choices));
+    Ok(tok.encode(&render_user(&text))?)
+}
+
+fn seed_for(id: &str, spec: &RunSpec) -> u64 {
+    id.bytes().chain(spec.name().bytes()).fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+}
+
+fn outcome(tok: &Tokenizer, item: &Item, run: String, ids: &[u32], escalated: usize) -> anyhow::Result<RunOutcome> {
+    let text = tok.decode(ids)?;
+    let answer = extract_answer(&text, &item.choices);
+    Ok(RunOutcome { run, correct: answer.as_deref() == Some(item.answer_key.as_str()), answer, tokens: ids.len(), escalated, text })
+}
+
+/// Copy finished items from `dir` whose runs cover ours; returns how many were taken.
+fn reuse_from(
+    dir: &Path,
+    config: &serde_json::Value,
+    items: &[Item],
+    names: &[(String, String, f32)],
+    records: &mut Vec<ItemRecord>,
+    out: &mut std::fs::File,
+) -> anyhow::Result<usize> {
+    let theirs: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).with_context(|| format!("{}/config.json", dir.display()))?)?;
+    for key in ["mode", "slm", "llm", "router", "router_training", "data", "max_new_tokens", "answer_rule", "stop_rule"] {
+        if !theirs.get(key).zip(config.get(key)).is_some_and(|(a, b)| same_json(a, b)) && theirs.get(key) != config.get(key) {
+            bail!("--reuse {}: its `{key}` differs from this run's; its results cannot stand in for these", dir.display());
+        }
+    }
+    let (found, _) = open_results_read(dir)?;
+    let done: HashSet<String> = records.iter().map(|r| r.id.clone()).collect();
+    let wanted: HashSet<&str> = items.iter().map(|i| i.id.as_str()).collect();
+    let mut taken = 0;
+    for rec in found {
+        if done.contains(&rec.id) || !wanted.contains(rec.id.as_str()) {
+            continue;
+        }
+        let runs: Vec<RunOutcome> = names.iter().filter_map(|(n, _, _)| rec.runs.iter().find(|o| &o.run == n).cloned()).collect();
+        if runs.len() == names.len() {
+            let rec = ItemRecord { id: rec.id, answer_key: rec.answer_key, runs };
+            append(out, &rec)?;
+            records.push(rec);
+            taken += 1;
+        }
+    }
+    Ok(taken)
+}
+
+/// JSON equality with floats equal to 1e-12 relative (files written before exact float
+/// parsing was enabled may differ from a fresh parse in the last bit).
+fn same_json(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => match (x.as_f64(), y.as_f64()) {
+            (Some(x), Some(y)) => x == y || (x - y).abs() <= 1e-12 * x.abs().max(y.abs()),
+            _ => x == y,
+        },
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same_json(a, b)),
+        (Value::Object(x), Value::Object(y)) => x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same_json(v, w))),
+        _ => a == b,
+    }
+}
+
+/// The records of a results directory (read-only).
+fn open_results_read(dir: &Path) -> anyhow::Result<(Vec<ItemRecord>, u64)> {
+    let mut records = Vec::new();
+    let mut valid = 0u64;
+    if let Ok(f) = std::fs::File::open(dir.join("items.jsonl")) {
+        for line in std::io::BufReader::new(f).lines() {
+            let line = line?;
+            match serde_json::from_str::<ItemRecord>(&line) {
+                Ok(r) => {
+                    valid += line.len() as u64 + 1;
+                    records.push(r);
+                }
+                Err(_) => break, // a torn last line from a killed run
+            }
+        }
+    }
+    Ok((records, valid))
+}
+
+/// The runs of the sweep, from the policies and rates asked for.
+fn run_specs(args: &EvalArgs, router: Option<&MlpRouterModel>) -> anyhow::Result<Vec<RunSpec>> {
+    let wants = |p: &str| args.policies.iter().any(|x| x == p);
+    let mut rates = args.rates.clone();
+    rates.sort_by(f32::total_cmp);
+    rates.dedup();
+    let mut specs = Vec::new();
+    if wants("slm-only") {
+        specs.push(RunSpec::SlmOnly);
+    }
+    let needs_file = wants("router") || wants("confidence");
+    let Some(model) = router else {
+        if needs_file {
+            bail!("the router and confidence policies need --router FILE (a trained router; its calibration tables map rates to tau)");
+        }
+        specs.extend(rates.iter().filter(|_| wants("random")).map(|&rate| RunSpec::Random { rate }));
+        if wants("llm-only") {
+            specs.push(RunSpec::LlmOnly);
+        }
+        return Ok(specs);
+    };
+    let meta = model.meta();
+    for &rate in &rates {
+        if wants("router") {
+            specs.push(RunSpec::Router { rate, tau: meta.calibration.tau_for_rate(rate)? });
+        }
+    }
+    for &rate in &rates {
+        if wants("confidence") {
+            specs.push(RunSpec::Confidence { rate, tau: meta.confidence_calibration.tau_for_rate(rate)? });
+        }
+    }
+    specs.extend(rates.iter().filter(|_| wants("random")).map(|&rate| RunSpec::Random { rate }));
+    if wants("llm-only") {
+        specs.push(RunSpec::LlmOnly);
+    }
+    Ok(specs)
+}
+
+/// Open (or resume) the results of `dir`; refuse one made with another configuration.
+fn open_results(dir: &Path, config: &serde_json::Value) -> anyhow::Result<(Vec<ItemRecord>, std::fs::File)> {
+    let config_path = dir.join("config.json");
+    let items_path = dir.join("items.jsonl");
+    if config_path.exists() {
+        let old: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&config_path)?).context("config.json")?;
+        if !same_json(&old, config) {
+            bail!("{} holds results of another configuration (see its config.json); pass another --out or delete it", dir.display());
+        }
+    } else {
+        std::fs::write(&config_path, serde_json::to_string_pretty(config)?)?;
+    }
+    let (records, valid) = open_results_read(dir)?;
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(&items_path)?;
+    file.set_len(valid)?;
+    Ok((records, file))
+}
+
+fn append(out: &mut std::fs::File, rec: &ItemRecord) -> anyhow::Result<()> {
+    let mut line = serde_json::to_string(rec)?;
+    line.push('\n');
+    out.write_all(line.as_bytes())?;
+    Ok(())
+}
+
+fn print_table(rows: &[crate::eval_report::RunSummary]) {
+    println!("{:<18} {:>6} {:>9} {:>8} {:>11} {:>8}", "run", "items", "accuracy", "+-95%", "escalated", "gap");
+    for r in rows {
+        println!(
+            "{:<18} {:>6} {:>8.1}% {:>7.1}% {:>10.2}% {:>8}",
+            r.run,
+            r.items,
+            r.accuracy * 100.0,
+            r.accuracy_ci95 * 100.0,
+            r.escalation_share * 100.0,
+            r.gap_recovered.map(|g| format!("{:.0}%", g * 100.0)).unwrap_or_default()
+        );
+    }
+}
+
+/// The served system: the SLM here, the LLM in a real gateway over QUIC, one routed session
+/// per item with the same stop rule as in-process.
+fn run_served(args: &EvalArgs, items: &[Item]) -> anyhow::Result<()> {
+    let pair_args = &args.pair;
+    let files = model_runtime::model_files::ModelFiles::locate(&pair_args.slm)?;
+    let tok = Tokenizer::load(&files.tokenizer, Some(&files.manifest.tokenizer_fingerprint))?;
+    let mut lm = CausalLm::load(files, &model_runtime::LmOptions { threads: pair_args.threads, max_context: 4096 })?;
+    let (mut router, tau) = build_router(&args.cloud, &lm, &tok)?;
+    let run_name = match args.cloud.escalation_rate {
+        Some(rate) => format!("served-{}@{rate:.3}", router.name()),
+        None => format!("served-{}-tau{tau:.4}", router.name()),
+    };
+    let config = serde_json::json!({
+        "mode": "served",
+        "slm": lm.manifest().id,
+        "gateway": args.cloud.gateway,
+        "router": args.cloud.router,
+        "escalation_rate": args.cloud.escalation_rate,
+        "tau": tau,
+        "data": args.data.display().to_string(),
+        "max_new_tokens": args.max_new_tokens,
+        "deadline_max_ms": args.cloud.deadline_max_ms,
+    });
+    let names = vec![(run_name.clone(), format!("served-{}", router.name()), args.cloud.escalation_rate.unwrap_or(f32::NAN))];
+    let (mut records, mut out) = open_results(&args.out, &config)?;
+    let done: HashSet<String> = records.iter().map(|r| r.id.clone()).collect();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let mut totals = DecodeStats::default();
+    let model_id = lm.manifest().id.clone();
+    rt.block_on(async {
+        let link = Link::start(link_config(&args.cloud, &tok, &model_id)?)?;
+        let Some(conn) = link.wait_up(Duration::from_millis(args.cloud.connect_wait_ms.max(60_000))).await else {
+            bail!("gateway {:?} not reachable", args.cloud.gateway);
+        };
+        let service = Duration::from_millis(u64::from(conn.limits.service_time_ms));
+        let mut cache = lm.new_cache(Some(512.max(args.max_new_tokens + 256)))?;
+        let mut slm = OnnxSlm::new(&mut lm, &mut cache, SamplingParams::default())?;
+        let bar = progress(items.len() as u64, "served");
+        bar.set_position(done.len() as u64);
+        // One link health across items, as a device keeps across its sessions: what it learns
+        // about the gateway's speed (and any local-only period) carries over.
+        let mut health = LinkHealth::new(deadline_policy(&args.cloud), service);
+        let params = DecodeParams { max_new_tokens: args.max_new_tokens, tau };
+        for item in items.iter().filter(|i| !done.contains(&i.id)) {
+            let prompt = pair_prompt(&tok, item)?;
+            let mut cloud = LinkCloud::new(&link, next_session_id(), WireSampling::default(), health, !args.cloud.no_presync);
+            let mut ids = Vec::new();
+            let stats = decode(&mut slm, router.as_mut(), &mut cloud, &prompt, params, |e| {
+                ids.push(e.token);
+                match tok.decode(&ids) {
+                    Ok(text) if answer_line_done(&text) => ControlFlow::Break(()),
+                    _ => ControlFlow::Continue(()),
+                }
+            })
+            .await?;
+            health = cloud.into_health();
+            totals.add_counts(&stats);
+            let rec = ItemRecord { id: item.id.clone(), answer_key: item.answer_key.clone(), runs: vec![outcome(&tok, item, run_name.clone(), &ids, stats.escalated)?] };
+            append(&mut out, &rec)?;
+            records.push(rec);
+            bar.inc(1);
+        }
+        bar.finish();
+        anyhow::Ok(())
+    })?;
+    let rows = summarise(&records, &names);
+    write_reports(&args.out, &config, &rows)?;
+    print_table(&rows);
+    eprintln!("this run: {} tokens, {} escalated, {} answered by the gateway, {} fell back to the SLM", totals.tokens, totals.escalated, totals.cloud_tokens, totals.fallbacks);
+    std::fs::write(args.out.join("served-stats.json"), serde_json::to_string_pretty(&serde_json::json!({
+        "tokens": totals.tokens, "escalated": totals.escalated, "cloud_tokens": totals.cloud_tokens, "fallbacks": totals.fallbacks,
+        "fallback_timeout": totals.fallback_timeout, "fallback_degraded": totals.fallback_degraded, "fallback_busy": totals.fallback_busy,
+        "fallback_link_down": totals.fallback_link_down, "fallback_error": totals.fallback_error,
+    }))?)?;
+    Ok(())
+}

@@ -1,0 +1,281 @@
+//! `edge-node router-labels`: teacher-force the SLM and the LLM over reference chains of
+//! thought and store, per position, the SLM's features and both models' greedy tokens (the
+//! CITER shortcut labels follow from those; see `labels_file`).
+//!
+//! With `--on-policy` it labels the SLM's own answers by roll-outs instead (see the flag).
+//!
+//! Items run in lockstep batches so each decode step of a model is one batched call; the
+//! ONNX graphs give logits for the last position only, so teacher forcing is a decode step per
+//! position rather than one prefill.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use common::sampling::{argmax, distribution_stats, DistributionStats, SamplingParams};
+use edge_node::decode::{decode, DecodeParams, NoCloud, OnnxSlm};
+use edge_node::router::ConfidenceRouter;
+use edge_node::router_file::FEATURE_SPEC;
+use model_runtime::chat::render_user;
+use model_runtime::model_files::duet_home;
+use model_runtime::tokenizer::Tokenizer;
+use model_runtime::{CausalLm, KvCache, StepOutput};
+
+use crate::cqa::{extract_answer, prompt_for, Item};
+use crate::cqa_args::{progress, read_dataset, Pair, PairArgs};
+use crate::eval_item::answer_line_done;
+use crate::labels_file::{LabelledItem, LabelledPosition, LabelsHeader, LabelsWriter, LABELS_FORMAT};
+
+/// Options of `edge-node router-labels`.
+#[derive(Debug, Args)]
+pub struct LabelsArgs {
+    #[command(flatten)]
+    pub pair: PairArgs,
+    /// Training items with a reference chain of thought (`prompt` and `cot` fields).
+    #[arg(long, env = "DUET_LABEL_DATA", default_value = "deploy/data/commonsense_qa/train_router.jsonl")]
+    pub data: PathBuf,
+    /// Label only the first N items of the file.
+    #[arg(long, env = "DUET_LIMIT")]
+    pub limit: Option<usize>,
+    /// Output file (appended to and resumed); default $DUET_HOME/router/labels-<slm>.bin.
+    #[arg(long, env = "DUET_LABELS")]
+    pub out: Option<PathBuf>,
+    /// Skip the first N items of the file (so that label sets and calibration prompts can
+    /// take disjoint ranges).
+    #[arg(long, env = "DUET_OFFSET", default_value_t = 0)]
+    pub offset: usize,
+    /// On-policy roll-out labels instead of teacher forcing: the SLM answers the prompt itself;
+    /// at each position where the LLM's greedy token differs from the SLM's, the SLM continues
+    /// from the LLM's token to the end of the answer. Label 0 (escalate) where that roll-out's
+    /// answer is right and the SLM's own is wrong, 1 otherwise (ties go to the SLM, as in
+    /// CITER). Default file: $DUET_HOME/router/labels-onpolicy-<slm>.bin.
+    #[arg(long, env = "DUET_ON_POLICY")]
+    pub on_policy: bool,
+    /// Items per lockstep batch.
+    #[arg(long, env = "DUET_BATCH", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub batch: u16,
+}
+
+/// Default labels path for an SLM.
+pub fn default_labels_path(slm_id: &str) -> PathBuf {
+    duet_home().join("router").join(format!("labels-{slm_id}.bin"))
+}
+
+struct Row {
+    id: String,
+    prompt: Vec<u32>,
+    target: Vec<u32>,
+    slm_cache: KvCache,
+    llm_cache: KvCache,
+    positions: Vec<LabelledPosition>,
+}
+
+/// Run it.
+pub fn run(args: LabelsArgs) -> anyhow::Result<()> {
+    let items = read_dataset(&args.data, None)?;
+    let mut pair = args.pair.load(4096)?;
+    let slm_id = pair.slm.manifest().id.clone();
+    let out = args.out.clone().unwrap_or_else(|| if args.on_policy { default_on_policy_path(&slm_id) } else { default_labels_path(&slm_id) });
+    let header = LabelsHeader {
+        format: LABELS_FORMAT,
+        slm_id: slm_id.clone(),
+        llm_id: pair.llm.manifest().id.clone(),
+        tokenizer_fingerprint: pair.tok.fingerprint().to_string(),
+        feature_spec: FEATURE_SPEC.to_string(),
+        hidden_size: pair.slm.manifest().hidden_size,
+    };
+    let (mut writer, done) = LabelsWriter::open(&out, &header)?;
+    let done: std::collections::HashSet<String> = done.into_iter().collect();
+    let usable: Vec<_> = items.into_iter().filter(|i| i.prompt.is_some() && (args.on_policy || i.cot.is_some())).collect();
+    let selected: Vec<_> = usable.into_iter().skip(args.offset).take(args.limit.unwrap_or(usize::MAX)).collect();
+    let todo: Vec<_> = selected.iter().filter(|i| !done.contains(&i.id)).collect();
+    eprintln!("labels -> {} ({} items selected, {} already done, {} to go)", out.display(), selected.len(), selected.len() - todo.len(), todo.len());
+    let bar = progress(selected.len() as u64, "labels");
+    bar.set_position((selected.len() - todo.len()) as u64);
+    let end = *pair.slm.stop_tokens().first().context("the SLM has no stop token")?;
+    if args.on_policy {
+        let (mut positions, mut zeros) = (0usize, 0usize);
+        for item in &todo {
+            let labelled = rollout_labels(&mut pair, item)?;
+            positions += labelled.positions.len();
+            zeros += labelled.positions.iter().filter(|p| p.label() == Some(0.0)).count();
+            writer.append(&labelled)?;
+            bar.inc(1);
+            bar.set_prefix(format!("{positions} positions, {zeros} escalation helps"));
+            if bar.is_hidden() && bar.position().is_multiple_of(10) {
+                eprintln!("labels: {}/{} items, {positions} positions ({zeros} label 0)", bar.position(), selected.len());
+            }
+        }
+        bar.finish();
+        eprintln!("done: {} ({positions} new positions, {zeros} where escalating fixes the answer)", out.display());
+        return Ok(());
+    }
+    let (mut positions, mut zeros, mut dropped) = (0usize, 0usize, 0usize);
+    for chunk in todo.chunks(args.batch as usize) {
+        let mut rows = Vec::with_capacity(chunk.len());
+        for item in chunk {
+            let (Some(p), Some(cot)) = (&item.prompt, &item.cot) else { continue };
+            let prompt = pair.tok.encode(&render_user(p))?;
+            let mut target = pair.tok.encode(cot)?;
+            target.push(end);
+            let cap = prompt.len() + target.len() + 1;
+            rows.push(Row {
+                id: item.id.clone(),
+                slm_cache: pair.slm.new_cache(Some(cap))?,
+                llm_cache: pair.llm.new_cache(Some(cap))?,
+                prompt,
+                target,
+                positions: Vec::new(),
+            });
+        }
+        label_batch(&mut pair.slm, &mut pair.llm, &mut rows)?;
+        for row in rows {
+            positions += row.positions.len();
+            zeros += row.positions.iter().filter(|p| p.label() == Some(0.0)).count();
+            dropped += row.positions.iter().filter(|p| p.label().is_none()).count();
+            writer.append(&LabelledItem { id: row.id, positions: row.positions })?;
+            bar.inc(1);
+        }
+        bar.set_prefix(format!("{positions} positions, {zeros} LLM-only-right, {dropped} dropped"));
+        if !bar.is_hidden() {
+            continue;
+        }
+        eprintln!("labels: {}/{} items, {positions} positions ({zeros} label 0, {dropped} dropped)", bar.position(), selected.len());
+    }
+    bar.finish();
+    eprintln!("done: {} ({positions} new positions, {zeros} labelled 0, {dropped} dropped as both-wrong)", out.display());
+    Ok(())
+}
+
+/// Default on-policy labels path for an SLM.
+pub fn default_on_policy_path(slm_id: &str) -> PathBuf {
+    duet_home().join("router").join(format!("labels-onpolicy-{slm_id}.bin"))
+}
+
+const MAX_ANSWER_TOKENS: usize = 96;
+
+/// The SLM's own greedy answer to `prompt`, continuing from `prefix` (the start of an answer,
+/// empty for a fresh one), through the device's decode loop with no cloud: until a stop token,
+/// the end of the answer line, or [`MAX_ANSWER_TOKENS`]. Returns the whole answer (prefix
+/// included); `features` receives the SLM's distribution statistics and hidden state (f16) at
+/// every new position.
+fn slm_answer(
+    lm: &mut CausalLm,
+    cache: &mut KvCache,
+    tok: &Tokenizer,
+    prompt: &[u32],
+    prefix: &[u32],
+    mut features: Option<&mut Vec<(DistributionStats, Vec<u8>)>>,
+) -> anyhow::Result<Vec<u32>> {
+    let mut answer = prefix.to_vec();
+    let budget = MAX_ANSWER_TOKENS.saturating_sub(prefix.len());
+    if budget == 0 {
+        return Ok(answer);
+    }
+    let mut context = prompt.to_vec();
+    context.extend_from_slice(prefix);
+    let mut slm = OnnxSlm::new(lm, cache, SamplingParams::default())?;
+    let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    let params = DecodeParams { max_new_tokens: budget, tau: 0.0 };
+    rt.block_on(decode(&mut slm, &mut ConfidenceRouter, &mut NoCloud, &context, params, |e| {
+        if let (Some(f), Some(p)) = (features.as_deref_mut(), e.proposal) {
+            f.push((p.stats, LabelledPosition::encode_hidden(p.hidden)));
+        }
+        answer.push(e.token);
+        match tok.decode(&answer) {
+            Ok(text) if answer_line_done(&text) => std::ops::ControlFlow::Break(()),
+            _ => std::ops::ControlFlow::Continue(()),
+        }
+    }))?;
+    Ok(answer)
+}
+
+/// On-policy labels for one item (see `--on-policy`). The positions' `reference` is the token
+/// the roll-outs prefer: the LLM's where escalating fixes the answer, else the SLM's.
+fn rollout_labels(pair: &mut Pair, item: &Item) -> anyhow::Result<LabelledItem> {
+    let text = item.prompt.clone().unwrap_or_else(|| prompt_for(&item.question, &item.choices));
+    let prompt = pair.tok.encode(&render_user(&text))?;
+    let cap = prompt.len() + 2 * MAX_ANSWER_TOKENS;
+    let stop = pair.slm.stop_tokens().to_vec();
+    // The SLM's own answer, with its features at every position.
+    let mut slm_cache = pair.slm.new_cache(Some(cap))?;
+    let mut feats = Vec::new();
+    let generated = slm_answer(&mut pair.slm, &mut slm_cache, &pair.tok, &prompt, &[], Some(&mut feats))?;
+    let correct = |ids: &[u32]| -> anyhow::Result<bool> {
+        Ok(extract_answer(&pair.tok.decode(ids)?, &item.choices).as_deref() == Some(item.answer_key.as_str()))
+    };
+    let slm_correct = correct(&generated)?;
+    // The LLM's greedy token at each position of that answer.
+    let mut llm_cache = pair.llm.new_cache(Some(cap))?;
+    let mut llm_out = pair.llm.forward(&mut llm_cache, &prompt)?;
+    let mut positions = Vec::with_capacity(generated.len());
+    for (t, (dist, hidden)) in feats.into_iter().enumerate() {
+        let llm = argmax(&llm_out.logits).map(|(i, _)| i).context("LLM produced no logits")?;
+        let slm = generated[t];
+        let mut reference = slm;
+        if llm != slm && !slm_correct {
+            // Roll out: the SLM continues from the LLM's token (the decode loop reuses the
+            // cached prefix, so this costs only the tokens after position t).
+            let mut prefix = generated[..t].to_vec();
+            prefix.push(llm);
+            let rolled = if stop.contains(&llm) { prefix } else { slm_answer(&mut pair.slm, &mut slm_cache, &pair.tok, &prompt, &prefix, None)? };
+            if correct(&rolled)? {
+                reference = llm;
+            }
+        }
+        positions.push(LabelledPosition { reference, slm, llm, top_prob: dist.top_prob, entropy: dist.entropy, hidden_f16: hidden });
+        if t + 1 < generated.len() {
+            llm_out = pair.llm.forward(&mut llm_cache, &[slm])?;
+        }
+    }
+    Ok(LabelledItem { id: item.id.clone(), positions })
+}
+
+/// Teacher-force every row's target through both models, recording each position.
+fn label_batch(slm: &mut CausalLm, llm: &mut CausalLm, rows: &mut [Row]) -> anyhow::Result<()> {
+    // Prefill the prompts: each output predicts the first target token.
+    let mut slm_out = step(slm, rows.iter_mut().map(|r| (&mut r.slm_cache, r.prompt.clone())).collect())?;
+    let mut llm_out = step(llm, rows.iter_mut().map(|r| (&mut r.llm_cache, r.prompt.clone())).collect())?;
+    let mut active: Vec<usize> = (0..rows.len()).collect();
+    let mut t = 0;
+    while !active.is_empty() {
+        for (k, &r) in active.iter().enumerate() {
+            let (s, l) = (&slm_out[k], &llm_out[k]);
+            let dist = distribution_stats(&s.logits)?;
+            let llm_tok = argmax(&l.logits).map(|(i, _)| i).context("LLM produced no logits")?;
+            rows[r].positions.push(LabelledPosition {
+                reference: rows[r].target[t],
+                slm: dist.argmax,
+                llm: llm_tok,
+                top_prob: dist.top_prob,
+                entropy: dist.entropy,
+                hidden_f16: LabelledPosition::encode_hidden(&s.hidden),
+            });
+        }
+        let next: Vec<usize> = active.iter().copied().filter(|&r| t + 1 < rows[r].target.len()).collect();
+        if next.is_empty() {
+            break;
+        }
+        let feed = |r: &Row| vec![r.target[t]];
+        let mut slm_rows = Vec::new();
+        let mut llm_rows = Vec::new();
+        for (i, row) in rows.iter_mut().enumerate() {
+            if next.contains(&i) {
+                let f = feed(row);
+                slm_rows.push((&mut row.slm_cache, f.clone()));
+                llm_rows.push((&mut row.llm_cache, f));
+            }
+        }
+        slm_out = step(slm, slm_rows)?;
+        llm_out = step(llm, llm_rows)?;
+        active = next;
+        t += 1;
+    }
+    Ok(())
+}
+
+fn step(lm: &mut CausalLm, rows: Vec<(&mut KvCache, Vec<u32>)>) -> anyhow::Result<Vec<StepOutput>> {
+    let (mut caches, tokens): (Vec<&mut KvCache>, Vec<Vec<u32>>) = rows.into_iter().unzip();
+    let slices: Vec<&[u32]> = tokens.iter().map(|t| t.as_slice()).collect();
+    Ok(lm.forward_batch(&mut caches, &slices)?)
+}

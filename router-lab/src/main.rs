@@ -1,0 +1,47 @@
+//! `router-lab`: the offline router pipeline, away from the device. It labels training data
+//! with both models, trains the router MLP and calibrates it, and evaluates routing policies on
+//! CommonsenseQA, in-process or against a real gateway. Every generation it runs goes through
+//! the device's own decode loop (`edge_node::decode`), so what it measures is what serves users.
+
+mod cqa;
+mod cqa_args;
+mod eval_cmd;
+mod eval_item;
+mod eval_report;
+mod labels_cmd;
+mod labels_file;
+mod train_cmd;
+
+use clap::{Parser, Subcommand};
+
+/// Duet router lab: labels, training and evaluation of the token router.
+#[derive(Debug, Parser)]
+#[command(name = "router-lab", version, about)]
+struct Cli {
+    /// Log filter (tracing's EnvFilter syntax), e.g. `info` or `router_lab=debug`.
+    #[arg(long, global = true, env = "DUET_LOG", default_value = "warn")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Label router training data: teacher-force the SLM and LLM over reference chains of
+    /// thought, or roll out the SLM's own answers (`--on-policy`).
+    Labels(Box<labels_cmd::LabelsArgs>),
+    /// Train the router MLP on labels files and calibrate tau to escalation rates.
+    Train(Box<train_cmd::TrainArgs>),
+    /// Evaluate routing policies on CommonsenseQA: accuracy vs share of tokens escalated.
+    EvalCqa(Box<eval_cmd::EvalArgs>),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    common::telemetry::init_logging(&cli.log)?;
+    match cli.command {
+        Command::Labels(args) => labels_cmd::run(*args),
+        Command::Train(args) => train_cmd::run(*args),
+        Command::EvalCqa(args) => eval_cmd::run(*args),
+    }
+}
