@@ -12,6 +12,7 @@ Layout under $DUET_HOME (default ~/.cache/duet):
   models/<model>/              model.onnx(+.data), genai_config.json, tokenizer.json,
                                tokenizer.fingerprint, duet-model.json
   lib/libonnxruntime.so        the ONNX Runtime shared library that `ort` loads (ORT_DYLIB_PATH)
+  logs/build-<model>.log       the ONNX builder's own output (prepare prints only its progress)
 """
 
 from __future__ import annotations
@@ -188,6 +189,7 @@ def gguf_to_hf(name: str, gguf: Path, home: Path) -> Path:
         log(f"{name}: HF checkpoint present")
         return out
     log(f"{name}: converting GGUF -> HF checkpoint with transformers (a minute or two)")
+    quiet_transformers()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -229,6 +231,29 @@ def tokenizer_fingerprint(tokenizer_json: Path) -> str:
     return h.hexdigest()
 
 
+def run_logged(cmd: list[str], log_path: Path) -> None:
+    """Run a converter with its thousands of progress and INFO lines going to `log_path`
+    instead of the terminal; on failure show the end of that log and say where the rest is."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log(f"  (converter output: {log_path})")
+    with open(log_path, "w", encoding="utf-8") as out:
+        result = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT)
+    if result.returncode != 0:
+        tail = log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-30:]
+        print("\n".join(tail), file=sys.stderr)
+        raise RuntimeError(f"{cmd[2] if len(cmd) > 2 else cmd[0]} failed (exit {result.returncode}); full output in {log_path}")
+
+
+def quiet_transformers() -> None:
+    """transformers and its GGUF loader print progress bars and warnings per tensor; prepare
+    prints its own progress instead."""
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
 def build_onnx(name: str, hf_dir: Path, home: Path, precision: str, source: str) -> Path:
     out = home / "models" / name
     manifest = out / "duet-model.json"
@@ -250,7 +275,7 @@ def build_onnx(name: str, hf_dir: Path, home: Path, precision: str, source: str)
         extra.append("op_types_to_quantize=MatMul/Gather")
     cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf_dir), "-o", str(tmp),
            "-p", precision, "-e", "cpu", "-c", str(cache), "--extra_options", *extra]
-    subprocess.run(cmd, check=True)
+    run_logged(cmd, home / "logs" / f"build-{name}.log")
     shutil.rmtree(cache, ignore_errors=True)
     tok = hf_dir / "tokenizer.json"
     shutil.copy2(tok, tmp / "tokenizer.json")
@@ -285,6 +310,7 @@ def make_tiny(home: Path, slm_dir: Path) -> Path:
     hf = home / "hf" / name
     if not (hf / ".done").exists():
         log("tiny: generating a random 2-layer Qwen2 checkpoint")
+        quiet_transformers()
         import torch
         from transformers import AutoModelForCausalLM, Qwen2Config
 

@@ -168,16 +168,11 @@ pub fn link_config(cloud: &CloudArgs, tok: &Tokenizer, slm_id: &str) -> anyhow::
         format!("{host}-{}", std::process::id())
     });
     Ok(LinkConfig {
-        gateway,
         server_name: cloud.server_name.clone(),
-        ca_cert,
         insecure: cloud.insecure,
-        device_id,
         auth_token: cloud.auth_token.clone(),
-        tokenizer_fingerprint: tok.fingerprint().to_string(),
         slm_id: slm_id.to_string(),
-        backoff_min: Duration::from_millis(100),
-        backoff_max: Duration::from_secs(5),
+        ..LinkConfig::new(gateway, ca_cert, device_id, tok.fingerprint())
     })
 }
 

@@ -45,6 +45,26 @@ pub struct LinkConfig {
     pub backoff_max: Duration,
 }
 
+impl LinkConfig {
+    /// A device `device_id` reaching `gateway` (trusting `ca_cert`) with the tokenizer whose
+    /// fingerprint is given; the rest at the defaults a device on loopback or a LAN wants (TLS
+    /// name `localhost`, no shared secret, reconnect back-off from 100 ms up to 5 s).
+    pub fn new(gateway: impl Into<String>, ca_cert: Option<PathBuf>, device_id: impl Into<String>, tokenizer_fingerprint: impl Into<String>) -> Self {
+        Self {
+            gateway: gateway.into(),
+            server_name: "localhost".into(),
+            ca_cert,
+            insecure: false,
+            device_id: device_id.into(),
+            auth_token: String::new(),
+            tokenizer_fingerprint: tokenizer_fingerprint.into(),
+            slm_id: String::new(),
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+        }
+    }
+}
+
 /// A live, welcomed connection.
 #[derive(Debug, Clone)]
 pub struct Connected {

@@ -87,16 +87,10 @@ pub fn run(args: LatencyArgs) -> anyhow::Result<()> {
         let mut links = Vec::new();
         for d in 0..args.devices {
             let link = Link::start(LinkConfig {
-                gateway: addr.to_string(),
-                server_name: "localhost".into(),
-                ca_cert: Some(cert.clone()),
-                insecure: false,
-                device_id: format!("sim-{d}"),
-                auth_token: String::new(),
-                tokenizer_fingerprint: fingerprint.clone(),
                 slm_id: "loadtest".into(),
                 backoff_min: Duration::from_millis(50),
                 backoff_max: Duration::from_secs(1),
+                ..LinkConfig::new(addr.to_string(), Some(cert.clone()), format!("sim-{d}"), fingerprint.as_str())
             })?;
             anyhow::ensure!(link.wait_up(Duration::from_secs(10)).await.is_some(), "device {d} could not connect");
             links.push(Arc::new(link));

@@ -62,16 +62,11 @@ pub fn link(addr: SocketAddr, ca: &Path, device: &str, auth: &str) -> Link {
 /// A device's link with an explicit tokenizer fingerprint.
 pub fn link_with(addr: SocketAddr, ca: &Path, device: &str, auth: &str, fingerprint: &str) -> Link {
     Link::start(LinkConfig {
-        gateway: addr.to_string(),
-        server_name: "localhost".into(),
-        ca_cert: Some(ca.to_path_buf()),
-        insecure: false,
-        device_id: device.into(),
         auth_token: auth.into(),
-        tokenizer_fingerprint: fingerprint.into(),
         slm_id: "test".into(),
         backoff_min: Duration::from_millis(50),
         backoff_max: Duration::from_millis(500),
+        ..LinkConfig::new(addr.to_string(), Some(ca.to_path_buf()), device, fingerprint)
     })
     .unwrap()
 }
