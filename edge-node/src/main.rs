@@ -1,9 +1,11 @@
-//! `edge-node`: Duet's device side. Runs the SLM locally and routes hard tokens to the cloud.
+//! `edge-node`: Duet's device side. Runs the SLM locally and routes hard tokens to the cloud,
+//! for one prompt (`generate`) or for the apps on the device (`serve`, the OpenAI API).
 //! (The offline router pipeline is the `router-lab` binary.)
 
 mod bench_cmd;
 mod generate_cmd;
 mod proc_stats;
+mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -24,6 +26,9 @@ enum Command {
     Generate(Box<generate_cmd::GenerateArgs>),
     /// Measure prefill and decode speed of a model on this machine.
     Bench(bench_cmd::BenchArgs),
+    /// Serve the OpenAI API (chat and text completions, streaming) on a local port for apps on
+    /// this device, routing hard tokens to the cloud as `generate` does.
+    Serve(Box<serve::ServeArgs>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -32,5 +37,6 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Generate(args) => generate_cmd::run(*args),
         Command::Bench(args) => bench_cmd::run(args),
+        Command::Serve(args) => serve::run(*args),
     }
 }

@@ -1,0 +1,121 @@
+//! `edge-node serve`: the device's SLM (and its route to the cloud) behind the OpenAI API on a
+//! local port, so that apps on the device use Duet the way they already use an LLM server.
+//!
+//! `POST /v1/chat/completions` and `POST /v1/completions` (streamed as server-sent events or
+//! not), `GET /v1/models`, `/healthz`, `/metrics`. Routing is per request through a `duet`
+//! extension object (`{"mode": "local" | "routed" | "cloud", "escalation_rate": r}` or
+//! `"tau": t`), with the server's flags as defaults. Requests share the one SLM in arrival
+//! order through a bounded queue ([`worker`]); beyond it a request gets 429.
+
+mod api;
+mod http;
+mod stop;
+mod worker;
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use common::exchange::LinkHealth;
+use edge_node::args::{build_router, deadline_policy, link_config, CloudArgs, ModelArgs};
+use edge_node::link::Link;
+use edge_node::router_file::MlpRouterModel;
+use metrics_exporter_prometheus::PrometheusBuilder;
+use tokio::sync::mpsc;
+
+pub use worker::Mode;
+
+/// Options of `edge-node serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Address of the HTTP server (loopback by default: apps on this device).
+    #[arg(long, env = "DUET_SERVE_LISTEN", default_value = "127.0.0.1:8088")]
+    pub listen: SocketAddr,
+    /// Requests waiting for the SLM at most; beyond it a request gets 429.
+    #[arg(long, env = "DUET_SERVE_QUEUE", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub queue: u16,
+    /// `max_tokens` when a request does not say.
+    #[arg(long, env = "DUET_SERVE_MAX_TOKENS", default_value_t = 256)]
+    pub max_tokens: usize,
+    /// Routing when a request does not say: `local`, `routed` (needs --gateway) or `cloud`.
+    #[arg(long, env = "DUET_SERVE_MODE", value_enum, default_value_t = ModeArg::Routed)]
+    pub mode: ModeArg,
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+}
+
+/// `--mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeArg {
+    /// The SLM alone.
+    Local,
+    /// Hard tokens to the cloud (local when no gateway is configured).
+    Routed,
+    /// Every token from the cloud.
+    Cloud,
+}
+
+/// Run the server until interrupted.
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let (lm, tok) = args.model.load()?;
+    let (router, tau) = build_router(&args.cloud, &lm, &tok)?;
+    let calibration = match args.cloud.router.as_str() {
+        "confidence" => None,
+        path => Some(MlpRouterModel::load(std::path::Path::new(path))?.meta().calibration.clone()),
+    };
+    let model_id = lm.manifest().id.clone();
+    let max_context = lm.max_context();
+    let cache = lm.new_cache(None)?;
+    let tok = Arc::new(tok);
+    let default_mode = match (args.mode, args.cloud.gateway.is_some()) {
+        (_, false) | (ModeArg::Local, _) => Mode::Local,
+        (ModeArg::Routed, true) => Mode::Routed,
+        (ModeArg::Cloud, true) => Mode::Cloud,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(async {
+        let prometheus = PrometheusBuilder::new().install_recorder().map_err(|e| tracing::warn!("metrics recorder not installed: {e}")).ok();
+        let (link, service) = match &args.cloud.gateway {
+            Some(addr) => {
+                let link = Link::start(link_config(&args.cloud, &tok, &model_id)?)?;
+                let service = match link.wait_up(Duration::from_millis(args.cloud.connect_wait_ms)).await {
+                    Some(c) => Duration::from_millis(u64::from(c.limits.service_time_ms)),
+                    None => {
+                        tracing::warn!("gateway {addr} not reachable yet; serving anyway (hard tokens fall back until it is)");
+                        Duration::ZERO
+                    }
+                };
+                (Some(link), service)
+            }
+            None => (None, Duration::ZERO),
+        };
+        let (jobs, queue) = mpsc::channel(usize::from(args.queue));
+        let worker = worker::Worker { lm, cache, tok: tok.clone(), router, link, health: LinkHealth::new(deadline_policy(&args.cloud), service) };
+        tokio::spawn(worker.run(queue));
+        let state = Arc::new(http::AppState {
+            jobs,
+            tok,
+            model_id,
+            max_context,
+            default_max_tokens: args.max_tokens,
+            default_mode,
+            default_tau: tau,
+            calibration,
+            has_gateway: args.cloud.gateway.is_some(),
+            prometheus,
+            next_id: AtomicU64::new(1),
+        });
+        let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+        eprintln!("edge-node serving the OpenAI API on http://{} (mode {:?})", listener.local_addr()?, default_mode);
+        axum::serve(listener, http::routes(state)).with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .context("HTTP server")
+    })
+}

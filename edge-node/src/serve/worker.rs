@@ -1,0 +1,218 @@
+//! The one SLM of the device, serving requests one at a time in arrival order.
+//!
+//! The model and its KV cache belong to a single task; HTTP handlers hand it [`Job`]s through
+//! a bounded queue (beyond it a request gets 429 at once) and read the job's [`Event`]s back.
+//! Every job runs the device's decode loop, so the server routes exactly as `generate` does.
+//! A client that goes away closes its event channel, which stops its generation at the next
+//! token. The cache is reused across requests for the prefix they share (a system prompt, the
+//! earlier turns of a chat).
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use common::exchange::LinkHealth;
+use common::protocol::WireSampling;
+use common::sampling::SamplingParams;
+use model_runtime::detokenize::StreamDecoder;
+use model_runtime::tokenizer::Tokenizer;
+use model_runtime::{CausalLm, KvCache};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use super::stop::{Released, StopMatcher};
+use edge_node::decode::{decode, DecodeParams, DecodeStats, Emitted, FinishReason, NoCloud, OnnxSlm, TokenSource};
+use edge_node::link::{next_session_id, Link};
+use edge_node::link_cloud::LinkCloud;
+use edge_node::router::Router;
+
+/// How one request is routed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// The SLM alone.
+    Local,
+    /// The router sends hard tokens to the cloud.
+    Routed,
+    /// Every token from the cloud (the SLM stands in only when the cloud does not answer).
+    Cloud,
+}
+
+/// One generation asked for by an HTTP request.
+pub struct Job {
+    /// The prompt's token ids.
+    pub prompt: Vec<u32>,
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// How the SLM samples.
+    pub sampling: SamplingParams,
+    /// Stop sequences.
+    pub stops: Vec<String>,
+    /// Routing.
+    pub mode: Mode,
+    /// Threshold for [`Mode::Routed`].
+    pub tau: f32,
+    /// Where the job's events go; closed = the client left.
+    pub events: mpsc::UnboundedSender<Event>,
+}
+
+/// What a job produces, in order: text pieces, then one end.
+#[derive(Debug)]
+pub enum Event {
+    /// Committed text and where its token came from.
+    Text {
+        /// The text.
+        text: String,
+        /// Its source.
+        source: TokenSource,
+    },
+    /// The generation ended.
+    Done {
+        /// OpenAI's `finish_reason`: `stop` or `length`.
+        finish_reason: &'static str,
+        /// Its figures.
+        stats: Box<DecodeStats>,
+    },
+    /// The generation failed.
+    Failed(String),
+}
+
+/// The model, its cache and the routing it needs; [`Worker::run`] owns them.
+pub struct Worker {
+    /// The SLM.
+    pub lm: CausalLm,
+    /// Its KV cache, reused across requests.
+    pub cache: KvCache,
+    /// Its tokenizer.
+    pub tok: Arc<Tokenizer>,
+    /// The routing policy.
+    pub router: Box<dyn Router>,
+    /// The link to the gateway, when one is configured.
+    pub link: Option<Link>,
+    /// What the link learned, carried from request to request.
+    pub health: LinkHealth,
+}
+
+impl Worker {
+    /// Serve jobs until every sender is gone.
+    pub async fn run(mut self, mut jobs: mpsc::Receiver<Job>) {
+        while let Some(job) = jobs.recv().await {
+            metrics::gauge!("duet_edge_serve_queue_depth").set(jobs.len() as f64);
+            if job.events.is_closed() {
+                metrics::counter!("duet_edge_serve_requests_cancelled_total").increment(1);
+                continue;
+            }
+            self.serve(job).await;
+        }
+    }
+
+    async fn serve(&mut self, job: Job) {
+        let events = job.events.clone();
+        let stop_tokens = self.lm.stop_tokens().to_vec();
+        let mut emitter = Emitter {
+            tok: &self.tok,
+            decoder: StreamDecoder::new(),
+            stop: StopMatcher::new(job.stops),
+            events: &events,
+            stop_tokens,
+            client_gone: false,
+            stopped: false,
+        };
+        let mut slm = match OnnxSlm::new(&mut self.lm, &mut self.cache, job.sampling) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = events.send(Event::Failed(e.to_string()));
+                return;
+            }
+        };
+        let router = self.router.as_mut();
+        let result = match (job.mode, self.link.as_ref()) {
+            (Mode::Local, _) | (_, None) => {
+                let params = DecodeParams { max_new_tokens: job.max_tokens, tau: 0.0 };
+                decode(&mut slm, router, &mut NoCloud, &job.prompt, params, |e| emitter.on_token(e)).await
+            }
+            (mode, Some(link)) => {
+                let tau = if mode == Mode::Cloud { 1.0 } else { job.tau };
+                let health = std::mem::replace(&mut self.health, LinkHealth::new(Default::default(), Default::default()));
+                let mut cloud = LinkCloud::new(link, next_session_id(), WireSampling::from(job.sampling), health, true);
+                let params = DecodeParams { max_new_tokens: job.max_tokens, tau };
+                let r = decode(&mut slm, router, &mut cloud, &job.prompt, params, |e| emitter.on_token(e)).await;
+                self.health = cloud.into_health();
+                r
+            }
+        };
+        metrics::counter!("duet_edge_serve_requests_total").increment(1);
+        let stats = match result {
+            Ok(stats) => stats,
+            Err(e) => {
+                let _ = events.send(Event::Failed(e.to_string()));
+                return;
+            }
+        };
+        metrics::counter!("duet_edge_serve_tokens_total").increment(stats.tokens as u64);
+        metrics::counter!("duet_edge_serve_tokens_escalated_total").increment(stats.escalated as u64);
+        if emitter.client_gone {
+            metrics::counter!("duet_edge_serve_requests_cancelled_total").increment(1);
+            return;
+        }
+        let finish_reason = if emitter.stopped || stats.finish_reason == FinishReason::Stop { "stop" } else { "length" };
+        if !emitter.stopped {
+            emitter.flush();
+        }
+        let _ = events.send(Event::Done { finish_reason, stats: Box::new(stats) });
+    }
+}
+
+/// Turns committed tokens into text events.
+struct Emitter<'a> {
+    tok: &'a Tokenizer,
+    decoder: StreamDecoder,
+    stop: StopMatcher,
+    events: &'a mpsc::UnboundedSender<Event>,
+    stop_tokens: Vec<u32>,
+    client_gone: bool,
+    stopped: bool,
+}
+
+impl Emitter<'_> {
+    fn on_token(&mut self, e: Emitted<'_>) -> ControlFlow<()> {
+        if self.stop_tokens.contains(&e.token) {
+            return ControlFlow::Continue(());
+        }
+        let piece = match self.decoder.push(self.tok, e.token) {
+            Ok(Some(p)) => p,
+            Ok(None) => return ControlFlow::Continue(()),
+            Err(err) => {
+                tracing::warn!("detokenizing: {err}");
+                return ControlFlow::Continue(());
+            }
+        };
+        let (text, stop) = match self.stop.push(&piece) {
+            Released::Text(t) => (t, false),
+            Released::Stop(t) => (t, true),
+        };
+        if !self.send(text, e.source) {
+            self.client_gone = true;
+            return ControlFlow::Break(());
+        }
+        if stop {
+            self.stopped = true;
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Send text (nothing for an empty piece); false when the client is gone.
+    fn send(&self, text: String, source: TokenSource) -> bool {
+        text.is_empty() || self.events.send(Event::Text { text, source }).is_ok()
+    }
+
+    /// The text still held back when generation ends without a stop sequence.
+    fn flush(&mut self) {
+        let mut rest = self.decoder.flush(self.tok).ok().flatten().unwrap_or_default();
+        rest = match self.stop.push(&rest) {
+            Released::Text(t) => t + &self.stop.finish(),
+            Released::Stop(t) => t,
+        };
+        self.send(rest, TokenSource::Slm);
+    }
+}
