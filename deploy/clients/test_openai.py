@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import urllib.request
@@ -128,6 +129,33 @@ class LocalServer(unittest.TestCase):
             time.sleep(0.2)
         self.assertEqual(metric(self.port, "duet_edge_serve_requests_cancelled_total"), before + 1)
         self.assertLess(metric(self.port, "duet_edge_serve_tokens_total") - tokens_before, 200, "stopped long before max_tokens")
+
+
+class BoundedQueue(unittest.TestCase):
+    """One request runs and `--queue 1` more may wait: the next one is refused at once."""
+
+    def test_a_request_beyond_the_queue_gets_429_at_once(self):
+        port = free_port()
+        server = Process([BIN / "edge-node", "serve", "--listen", f"127.0.0.1:{port}", "--threads", "2", "--queue", "1"], r"serving the OpenAI API")
+        try:
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=300)
+            long = [{"role": "user", "content": "Write a long story about a dragon."}]
+            running = client.chat.completions.create(model="duet", messages=long, temperature=0, max_tokens=300, stream=True)
+            next(iter(running))  # the worker is busy with it
+            waiting = threading.Thread(target=lambda: client.chat.completions.create(model="duet", messages=PROMPT, temperature=0, max_tokens=2))
+            waiting.start()
+            deadline = time.monotonic() + 10
+            while metric(port, "duet_edge_serve_queue_depth") < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            started = time.monotonic()
+            with self.assertRaises(openai.RateLimitError):
+                client.chat.completions.create(model="duet", messages=PROMPT, max_tokens=2)
+            self.assertLess(time.monotonic() - started, 2.0, "refused at once, not after waiting")
+            self.assertEqual(metric(port, "duet_edge_serve_requests_rejected_total"), 1)
+            running.close()
+            waiting.join(60)
+        finally:
+            server.stop()
 
 
 class RoutedServer(unittest.TestCase):

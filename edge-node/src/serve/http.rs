@@ -156,6 +156,7 @@ async fn start(s: &Arc<AppState>, text: &str, p: CommonParams, kind: Kind) -> Re
             detail: ErrorDetail { message: "the device is busy with other requests; retry shortly".into(), kind: "rate_limit_error", param: None, code: None },
         });
     }
+    metrics::gauge!("duet_edge_serve_queue_depth").set((s.jobs.max_capacity() - s.jobs.capacity()) as f64);
     let head = Head {
         id: format!("{}-{}", if kind == Kind::Chat { "chatcmpl" } else { "cmpl" }, s.next_id.fetch_add(1, Ordering::Relaxed)),
         created: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
