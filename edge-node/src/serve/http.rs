@@ -45,6 +45,8 @@ pub struct AppState {
     pub calibration: Option<Calibration>,
     /// Whether a gateway is configured (routed and cloud modes need one).
     pub has_gateway: bool,
+    /// The gateway's address and the link to it, for `/v1/duet/status`.
+    pub gateway: Option<(String, edge_node::link::Link)>,
     /// The Prometheus text of `/metrics`.
     pub prometheus: Option<PrometheusHandle>,
     /// Numbers response ids.
@@ -57,6 +59,8 @@ pub fn routes(state: Arc<AppState>) -> HttpRouter {
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
+        .route("/v1/duet/status", get(status))
+        .route("/", get(|| async { axum::response::Html(PLAYGROUND) }))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(metrics_text))
         .with_state(state)
@@ -85,6 +89,21 @@ async fn metrics_text(State(s): State<Arc<AppState>>) -> Response {
         Some(h) => h.render().into_response(),
         None => (StatusCode::SERVICE_UNAVAILABLE, "metrics recorder unavailable\n").into_response(),
     }
+}
+
+/// The web playground: prompt, mode, tau or rate, streamed answer with cloud tokens
+/// highlighted. One self-contained page, no external resources.
+const PLAYGROUND: &str = include_str!("playground.html");
+
+async fn status(State(s): State<Arc<AppState>>) -> Json<Value> {
+    let (gateway, connected, rtt_ms) = match &s.gateway {
+        Some((addr, link)) => match link.view() {
+            common::exchange::LinkView::Up { rtt, .. } => (Some(addr.clone()), true, Some(rtt.as_secs_f64() * 1e3)),
+            common::exchange::LinkView::Down => (Some(addr.clone()), false, None),
+        },
+        None => (None, false, None),
+    };
+    Json(json!({"model": s.model_id, "gateway": gateway, "connected": connected, "rtt_ms": rtt_ms, "default_mode": s.default_mode, "default_tau": s.default_tau}))
 }
 
 async fn models(State(s): State<Arc<AppState>>) -> Json<Value> {

@@ -2,7 +2,8 @@
 //! local port, so that apps on the device use Duet the way they already use an LLM server.
 //!
 //! `POST /v1/chat/completions` and `POST /v1/completions` (streamed as server-sent events or
-//! not), `GET /v1/models`, `/healthz`, `/metrics`. Routing is per request through a `duet`
+//! not), `GET /v1/models`, `/healthz`, `/metrics`, `/v1/duet/status` (the link), and a web
+//! playground at `/`. Routing is per request through a `duet`
 //! extension object (`{"mode": "local" | "routed" | "cloud", "escalation_rate": r}` or
 //! `"tau": t`), with the server's flags as defaults. Requests share the one SLM in arrival
 //! order through a bounded queue ([`worker`]); beyond it a request gets 429.
@@ -95,6 +96,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             None => (None, Duration::ZERO),
         };
         let (jobs, queue) = mpsc::channel(usize::from(args.queue));
+        let gateway = args.cloud.gateway.clone().zip(link.clone());
         let worker = worker::Worker { lm, cache, tok: tok.clone(), router, link, health: LinkHealth::new(deadline_policy(&args.cloud), service) };
         tokio::spawn(worker.run(queue));
         let state = Arc::new(http::AppState {
@@ -107,6 +109,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             default_tau: tau,
             calibration,
             has_gateway: args.cloud.gateway.is_some(),
+            gateway,
             prometheus,
             next_id: AtomicU64::new(1),
         });
