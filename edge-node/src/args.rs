@@ -11,7 +11,8 @@ use model_runtime::model_files::{duet_home, ModelFiles, DEFAULT_SLM};
 use model_runtime::tokenizer::Tokenizer;
 use model_runtime::{CausalLm, LmOptions};
 
-use crate::link::LinkConfig;
+use crate::link::{Link, LinkConfig};
+use common::exchange::LinkHealth;
 use crate::router::{ConfidenceRouter, MlpRouter, Router};
 
 /// Which model to load and how to run it.
@@ -176,3 +177,20 @@ pub fn link_config(cloud: &CloudArgs, tok: &Tokenizer, slm_id: &str) -> anyhow::
     })
 }
 
+
+/// Start the link the command line asks for and wait up to `--connect-wait-ms` for its first
+/// connection; what the device knows about the link starts from the gateway's announced
+/// service time. An unreachable gateway is not an error: hard tokens fall back until it is up.
+pub async fn connect(cloud: &CloudArgs, tok: &Tokenizer, slm_id: &str) -> anyhow::Result<(Link, LinkHealth)> {
+    let config = link_config(cloud, tok, slm_id)?;
+    let gateway = config.gateway.clone();
+    let link = Link::start(config)?;
+    let service = match link.wait_up(Duration::from_millis(cloud.connect_wait_ms)).await {
+        Some(c) => Duration::from_millis(u64::from(c.limits.service_time_ms)),
+        None => {
+            tracing::warn!("gateway {gateway} not reachable yet; going on (hard tokens fall back until it is)");
+            Duration::ZERO
+        }
+    };
+    Ok((link, LinkHealth::new(deadline_policy(cloud), service)))
+}

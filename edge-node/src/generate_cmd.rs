@@ -3,15 +3,13 @@
 
 use std::io::{IsTerminal, Write};
 use std::ops::ControlFlow;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use common::exchange::LinkHealth;
 use common::protocol::WireSampling;
-use edge_node::args::{build_router, deadline_policy, link_config, CloudArgs, ModelArgs, SamplingArgs};
+use edge_node::args::{build_router, connect, CloudArgs, ModelArgs, SamplingArgs};
 use edge_node::decode::{decode, DecodeParams, DecodeStats, Emitted, NoCloud, OnnxSlm, TokenSource};
-use edge_node::link::{next_session_id, Link};
+use edge_node::link::next_session_id;
 use edge_node::link_cloud::LinkCloud;
 use model_runtime::chat::{render, Message, Role};
 use model_runtime::detokenize::StreamDecoder;
@@ -171,16 +169,8 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
                 let params = DecodeParams { max_new_tokens: args.max_new_tokens, tau: 0.0 };
                 Ok(decode(&mut slm, router.as_mut(), &mut NoCloud, prompt, params, |e| printer.on_token(e)).await?)
             }
-            Some(addr) => {
-                let link = Link::start(link_config(&args.cloud, &tok, &model_id)?)?;
-                let service = match link.wait_up(Duration::from_millis(args.cloud.connect_wait_ms)).await {
-                    Some(c) => Duration::from_millis(u64::from(c.limits.service_time_ms)),
-                    None => {
-                        tracing::warn!("gateway {addr} not reachable yet; starting anyway (hard tokens fall back until it is)");
-                        Duration::ZERO
-                    }
-                };
-                let health = LinkHealth::new(deadline_policy(&args.cloud), service);
+            Some(_) => {
+                let (link, health) = connect(&args.cloud, &tok, &model_id).await?;
                 let mut cloud = LinkCloud::new(&link, next_session_id(), WireSampling::from(sampling), health, !args.cloud.no_presync);
                 let params = DecodeParams { max_new_tokens: args.max_new_tokens, tau };
                 anyhow::Ok(decode(&mut slm, router.as_mut(), &mut cloud, prompt, params, |e| printer.on_token(e)).await?)

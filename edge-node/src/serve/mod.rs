@@ -21,8 +21,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use common::exchange::LinkHealth;
-use edge_node::args::{build_router, deadline_policy, link_config, CloudArgs, ModelArgs};
-use edge_node::link::Link;
+use edge_node::args::{build_router, connect, deadline_policy, CloudArgs, ModelArgs};
 use edge_node::router_file::MlpRouterModel;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use tokio::sync::mpsc;
@@ -81,23 +80,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async {
         let prometheus = PrometheusBuilder::new().install_recorder().map_err(|e| tracing::warn!("metrics recorder not installed: {e}")).ok();
-        let (link, service) = match &args.cloud.gateway {
-            Some(addr) => {
-                let link = Link::start(link_config(&args.cloud, &tok, &model_id)?)?;
-                let service = match link.wait_up(Duration::from_millis(args.cloud.connect_wait_ms)).await {
-                    Some(c) => Duration::from_millis(u64::from(c.limits.service_time_ms)),
-                    None => {
-                        tracing::warn!("gateway {addr} not reachable yet; serving anyway (hard tokens fall back until it is)");
-                        Duration::ZERO
-                    }
-                };
-                (Some(link), service)
+        let (link, health) = match &args.cloud.gateway {
+            Some(_) => {
+                let (link, health) = connect(&args.cloud, &tok, &model_id).await?;
+                (Some(link), health)
             }
-            None => (None, Duration::ZERO),
+            None => (None, LinkHealth::new(deadline_policy(&args.cloud), Duration::ZERO)),
         };
         let (jobs, queue) = mpsc::channel(usize::from(args.queue));
         let gateway = args.cloud.gateway.clone().zip(link.clone());
-        let worker = worker::Worker { lm, cache, tok: tok.clone(), router, link, health: LinkHealth::new(deadline_policy(&args.cloud), service) };
+        let worker = worker::Worker { lm, cache, tok: tok.clone(), router, link, health };
         tokio::spawn(worker.run(queue));
         let state = Arc::new(http::AppState {
             jobs,
