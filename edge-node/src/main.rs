@@ -3,6 +3,7 @@
 //! (The offline router pipeline is the `router-lab` binary.)
 
 mod bench_cmd;
+mod config_file;
 mod generate_cmd;
 mod proc_stats;
 mod serve;
@@ -13,6 +14,10 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "edge-node", version, about)]
 struct Cli {
+    /// A TOML file of settings for the subcommand (keys: its long flag names; unknown keys are
+    /// refused). Command-line flags and `DUET_*` variables override it.
+    #[arg(long, global = true, env = "DUET_CONFIG")]
+    config: Option<std::path::PathBuf>,
     /// Log filter (tracing's EnvFilter syntax), e.g. `info` or `edge_node=debug`.
     #[arg(long, global = true, env = "DUET_LOG", default_value = "warn")]
     log: String,
@@ -32,7 +37,11 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match config_file::find(&argv) {
+        Some(file) => Cli::parse_from(config_file::strip(config_file::expand(&<Cli as clap::CommandFactory>::command(), argv, &file)?)),
+        None => Cli::parse_from(argv),
+    };
     common::telemetry::init_logging(&cli.log)?;
     match cli.command {
         Command::Generate(args) => generate_cmd::run(*args),
