@@ -32,15 +32,16 @@ for _ in range(runs):
             first = first or time.monotonic()
         if c.usage:
             tokens = c.usage.completion_tokens
+            server_tps = c.model_extra["duet"]["tokens_per_s"]
     end = time.monotonic()
     serve_tps = (tokens - 1) / (end - first)
     g = json.loads(subprocess.run(["./target/release/edge-node", "generate", "--chat", "--prompt", prompt, "--max-new-tokens", str(n),
                                    "--threads", "2", "--json"], capture_output=True, check=True, text=True).stdout)
-    rows.append((serve_tps, g["decode_tokens_per_s"], (first - t0) * 1e3, g["prefill_ms"], tokens, g["tokens"]))
-print("| run | serve tokens/s (stream) | generate tokens/s | ratio | serve time to first token ms | generate prefill ms | tokens |")
-print("|---|---|---|---|---|---|---|")
-for i, (s, g, ttft, pre, ts, tg) in enumerate(rows, 1):
-    print(f"| {i} | {s:.1f} | {g:.1f} | {s / g:.2f} | {ttft:.0f} | {pre:.0f} | {ts} / {tg} |")
-ms = sum(r[0] for r in rows) / len(rows); mg = sum(r[1] for r in rows) / len(rows)
-print(f"| mean | {ms:.1f} | {mg:.1f} | {ms / mg:.2f} | | | |")
+    rows.append((serve_tps, server_tps, g["decode_tokens_per_s"], (first - t0) * 1e3, g["prefill_ms"], tokens, g["tokens"]))
+print("| run | serve tokens/s (client side) | serve tokens/s (server side) | generate tokens/s | ratio (client side) | serve time to first token ms | generate prefill ms | tokens |")
+print("|---|---|---|---|---|---|---|---|")
+for i, (s, srv, g, ttft, pre, ts, tg) in enumerate(rows, 1):
+    print(f"| {i} | {s:.1f} | {srv:.1f} | {g:.1f} | {s / g:.2f} | {ttft:.0f} | {pre:.0f} | {ts} / {tg} |")
+ms = sum(r[0] for r in rows) / len(rows); msrv = sum(r[1] for r in rows) / len(rows); mg = sum(r[2] for r in rows) / len(rows)
+print(f"| mean | {ms:.1f} | {msrv:.1f} | {mg:.1f} | {ms / mg:.2f} | | | |")
 PY
