@@ -213,7 +213,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             let s = &stats;
             eprintln!(
                 "[{} tokens: {} from the cloud, {} escalated, {} fell back; {:.1} tokens/s; {} B sent, {} B received]",
-                s.tokens, s.cloud_tokens, s.escalated, s.fallbacks, s.tokens_per_s, s.bytes_sent, s.bytes_received
+                s.tokens, s.routing.cloud_tokens, s.routing.escalated, s.routing.fallbacks, s.tokens_per_s, s.bytes_sent, s.bytes_received
             );
         } else {
             tracing::info!(?stats, "generation finished");

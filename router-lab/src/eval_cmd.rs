@@ -364,7 +364,7 @@ fn run_served(args: &EvalArgs, items: &[Item]) -> anyhow::Result<()> {
             .await?;
             health = cloud.into_health();
             totals.add_counts(&stats);
-            let rec = ItemRecord { id: item.id.clone(), answer_key: item.answer_key.clone(), runs: vec![outcome(&tok, item, run_name.clone(), &ids, stats.escalated)?] };
+            let rec = ItemRecord { id: item.id.clone(), answer_key: item.answer_key.clone(), runs: vec![outcome(&tok, item, run_name.clone(), &ids, stats.routing.escalated)?] };
             append(&mut out, &rec)?;
             records.push(rec);
             bar.inc(1);
@@ -375,11 +375,9 @@ fn run_served(args: &EvalArgs, items: &[Item]) -> anyhow::Result<()> {
     let rows = summarise(&records, &names);
     write_reports(&args.out, &config, &rows)?;
     print_table(&rows);
-    eprintln!("this run: {} tokens, {} escalated, {} answered by the gateway, {} fell back to the SLM", totals.tokens, totals.escalated, totals.cloud_tokens, totals.fallbacks);
-    std::fs::write(args.out.join("served-stats.json"), serde_json::to_string_pretty(&serde_json::json!({
-        "tokens": totals.tokens, "escalated": totals.escalated, "cloud_tokens": totals.cloud_tokens, "fallbacks": totals.fallbacks,
-        "fallback_timeout": totals.fallback_timeout, "fallback_degraded": totals.fallback_degraded, "fallback_busy": totals.fallback_busy,
-        "fallback_link_down": totals.fallback_link_down, "fallback_error": totals.fallback_error,
-    }))?)?;
+    eprintln!("this run: {} tokens, {} escalated, {} answered by the gateway, {} fell back to the SLM", totals.tokens, totals.routing.escalated, totals.routing.cloud_tokens, totals.routing.fallbacks);
+    let mut served = serde_json::to_value(totals.routing)?;
+    served["tokens"] = totals.tokens.into();
+    std::fs::write(args.out.join("served-stats.json"), serde_json::to_string_pretty(&served)?)?;
     Ok(())
 }

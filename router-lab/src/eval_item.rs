@@ -273,7 +273,7 @@ impl<'a> ItemEvaluator<'a> {
         if let Some(e) = text_error {
             return Err(e.into());
         }
-        Ok((generated, stats.escalated))
+        Ok((generated, stats.routing.escalated))
     }
 }
 

@@ -95,17 +95,17 @@ pub async fn decode<S: Slm, C: Cloud>(
         let mut source = TokenSource::Slm;
         let mut chosen = None;
         if escalate {
-            stats.escalated += 1;
+            stats.routing.escalated += 1;
             let asked = Instant::now();
             match cloud.escalate(&context).await {
                 CloudAnswer::Token(t) => {
-                    stats.cloud_tokens += 1;
+                    stats.routing.cloud_tokens += 1;
                     stats.escalation_latencies.push(asked.elapsed().as_secs_f64() * 1e3);
                     source = TokenSource::Cloud;
                     chosen = Some(t);
                 }
                 CloudAnswer::Fallback(reason) => {
-                    stats.fallback(reason);
+                    stats.routing.fallback(reason);
                     source = TokenSource::Fallback;
                 }
             }

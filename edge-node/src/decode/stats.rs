@@ -6,17 +6,10 @@ use common::exchange::FallbackReason;
 
 use super::engine::FinishReason;
 
-/// What one call of [`super::decode`] did.
-#[derive(Debug, Clone, Serialize)]
-pub struct DecodeStats {
-    /// Tokens in the (possibly truncated) prompt.
-    pub prompt_tokens: usize,
-    /// Prompt tokens dropped by left truncation (set by the caller that truncated).
-    pub truncated_tokens: usize,
-    /// Tokens generated (a stop token included).
-    pub tokens: usize,
-    /// Why generation stopped.
-    pub finish_reason: FinishReason,
+/// What the router and the cloud did with a sequence's tokens: the figures every report of a
+/// routed generation carries (`generate --json`, the server's usage, the evaluation).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RoutingCounts {
     /// Tokens the router sent to the cloud.
     pub escalated: usize,
     /// Of those, answered by the cloud in time.
@@ -28,6 +21,48 @@ pub struct DecodeStats {
     pub fallback_link_down: usize,
     pub fallback_degraded: usize,
     pub fallback_error: usize,
+}
+
+impl RoutingCounts {
+    /// Count a fallback and its reason.
+    pub fn fallback(&mut self, reason: FallbackReason) {
+        self.fallbacks += 1;
+        match reason {
+            FallbackReason::Timeout => self.fallback_timeout += 1,
+            FallbackReason::Busy => self.fallback_busy += 1,
+            FallbackReason::LinkDown => self.fallback_link_down += 1,
+            FallbackReason::Degraded => self.fallback_degraded += 1,
+            FallbackReason::GatewayError | FallbackReason::Transport => self.fallback_error += 1,
+        }
+    }
+
+    /// Add another sequence's counts.
+    pub fn add(&mut self, other: &RoutingCounts) {
+        self.escalated += other.escalated;
+        self.cloud_tokens += other.cloud_tokens;
+        self.fallbacks += other.fallbacks;
+        self.fallback_timeout += other.fallback_timeout;
+        self.fallback_busy += other.fallback_busy;
+        self.fallback_link_down += other.fallback_link_down;
+        self.fallback_degraded += other.fallback_degraded;
+        self.fallback_error += other.fallback_error;
+    }
+}
+
+/// What one call of [`super::decode`] did.
+#[derive(Debug, Clone, Serialize)]
+pub struct DecodeStats {
+    /// Tokens in the (possibly truncated) prompt.
+    pub prompt_tokens: usize,
+    /// Prompt tokens dropped by left truncation (set by the caller that truncated).
+    pub truncated_tokens: usize,
+    /// Tokens generated (a stop token included).
+    pub tokens: usize,
+    /// Why generation stopped.
+    pub finish_reason: FinishReason,
+    /// What the router and the cloud did with the tokens.
+    #[serde(flatten)]
+    pub routing: RoutingCounts,
     /// `ContextMissing` answers (each followed by a `Full` resend).
     pub context_missing: usize,
     /// Escalations that carried the whole context (`Full`): the first, and each resync.
@@ -70,14 +105,7 @@ impl Default for DecodeStats {
             truncated_tokens: 0,
             tokens: 0,
             finish_reason: FinishReason::Length,
-            escalated: 0,
-            cloud_tokens: 0,
-            fallbacks: 0,
-            fallback_timeout: 0,
-            fallback_busy: 0,
-            fallback_link_down: 0,
-            fallback_degraded: 0,
-            fallback_error: 0,
+            routing: RoutingCounts::default(),
             context_missing: 0,
             full_syncs: 0,
             first_escalation_bytes: 0,
@@ -110,28 +138,10 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 impl DecodeStats {
-    pub(crate) fn fallback(&mut self, reason: FallbackReason) {
-        self.fallbacks += 1;
-        match reason {
-            FallbackReason::Timeout => self.fallback_timeout += 1,
-            FallbackReason::Busy => self.fallback_busy += 1,
-            FallbackReason::LinkDown => self.fallback_link_down += 1,
-            FallbackReason::Degraded => self.fallback_degraded += 1,
-            FallbackReason::GatewayError | FallbackReason::Transport => self.fallback_error += 1,
-        }
-    }
-
     /// Add another sequence's counters (totals over an evaluation).
     pub fn add_counts(&mut self, other: &DecodeStats) {
         self.tokens += other.tokens;
-        self.escalated += other.escalated;
-        self.cloud_tokens += other.cloud_tokens;
-        self.fallbacks += other.fallbacks;
-        self.fallback_timeout += other.fallback_timeout;
-        self.fallback_busy += other.fallback_busy;
-        self.fallback_link_down += other.fallback_link_down;
-        self.fallback_degraded += other.fallback_degraded;
-        self.fallback_error += other.fallback_error;
+        self.routing.add(&other.routing);
         self.context_missing += other.context_missing;
         self.full_syncs += other.full_syncs;
     }

@@ -58,7 +58,7 @@ fn hard_tokens_go_to_the_cloud_and_easy_ones_stay_local() {
     assert_eq!(cloud.asked, vec![vec![1, 2, 3, 10], vec![1, 2, 3, 10, 50, 12]], "each escalation carries the committed context");
     assert_eq!(cloud.started.as_deref(), Some(&[1, 2, 3][..]), "a routed session starts the cloud with the prompt");
     assert!(cloud.finished);
-    assert_eq!((stats.escalated, stats.cloud_tokens, stats.fallbacks), (2, 2, 0));
+    assert_eq!((stats.routing.escalated, stats.routing.cloud_tokens, stats.routing.fallbacks), (2, 2, 0));
     assert_eq!(slm.pushed, vec![10, 50, 12], "the last token is not pushed: generation ended");
 }
 
@@ -71,7 +71,7 @@ fn an_unanswered_escalation_takes_the_slms_token_and_counts_the_reason() {
     };
     let (out, stats) = run(&mut slm, &mut cloud, 0.5, 3);
     assert_eq!(out, vec![(10, TokenSource::Fallback), (7, TokenSource::Cloud), (12, TokenSource::Fallback)]);
-    assert_eq!((stats.fallbacks, stats.fallback_busy, stats.fallback_timeout), (2, 1, 1));
+    assert_eq!((stats.routing.fallbacks, stats.routing.fallback_busy, stats.routing.fallback_timeout), (2, 1, 1));
 }
 
 #[test]
@@ -90,7 +90,7 @@ fn at_tau_zero_nothing_is_escalated_and_the_cloud_is_not_started() {
     let (out, stats) = run(&mut slm, &mut cloud, 0.0, 2);
     assert_eq!(out, vec![(10, TokenSource::Slm), (11, TokenSource::Slm)]);
     assert!(cloud.asked.is_empty() && cloud.started.is_none());
-    assert_eq!(stats.escalated, 0);
+    assert_eq!(stats.routing.escalated, 0);
 }
 
 #[test]

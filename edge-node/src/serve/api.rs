@@ -98,18 +98,9 @@ pub struct DuetUsage {
     pub mode: Mode,
     /// The threshold used.
     pub tau: f32,
-    /// Tokens the router sent to the cloud.
-    pub escalated: usize,
-    /// Of those, answered by the cloud in time.
-    pub cloud_tokens: usize,
-    /// Escalations that took the SLM's token instead.
-    pub fallbacks: usize,
-    /// Fallbacks by reason.
-    pub fallback_timeout: usize,
-    pub fallback_busy: usize,
-    pub fallback_link_down: usize,
-    pub fallback_degraded: usize,
-    pub fallback_error: usize,
+    /// What the router and the cloud did.
+    #[serde(flatten)]
+    pub routing: edge_node::decode::RoutingCounts,
     /// Decode speed of this request.
     pub tokens_per_s: f64,
 }

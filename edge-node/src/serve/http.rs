@@ -224,14 +224,7 @@ impl Head {
         let duet = DuetUsage {
             mode: self.mode,
             tau: self.tau,
-            escalated: stats.escalated,
-            cloud_tokens: stats.cloud_tokens,
-            fallbacks: stats.fallbacks,
-            fallback_timeout: stats.fallback_timeout,
-            fallback_busy: stats.fallback_busy,
-            fallback_link_down: stats.fallback_link_down,
-            fallback_degraded: stats.fallback_degraded,
-            fallback_error: stats.fallback_error,
+            routing: stats.routing,
             tokens_per_s: stats.tokens_per_s,
         };
         (usage, duet)

@@ -149,7 +149,7 @@ impl Worker {
             }
         };
         metrics::counter!("duet_edge_serve_tokens_total").increment(stats.tokens as u64);
-        metrics::counter!("duet_edge_serve_tokens_escalated_total").increment(stats.escalated as u64);
+        metrics::counter!("duet_edge_serve_tokens_escalated_total").increment(stats.routing.escalated as u64);
         if emitter.client_gone {
             metrics::counter!("duet_edge_serve_requests_cancelled_total").increment(1);
             return;
