@@ -12,6 +12,11 @@ use clap::Parser;
 
 use crate::backend::{Backend, DelayBackend, EmbeddedBackend, EmbeddedOptions};
 use crate::config::{BatcherConfig, CertSource, GatewayConfig};
+use crate::engine::pool::breaker::BreakerConfig;
+use crate::engine::pool::health::HealthConfig;
+use crate::engine::pool::pick::{PickPolicy, Routing};
+use crate::engine::pool::PoolConfig;
+use crate::engine::EngineSpec;
 
 fn gateway() -> GatewayConfig {
     GatewayConfig::default()
@@ -19,6 +24,10 @@ fn gateway() -> GatewayConfig {
 
 fn embedded() -> EmbeddedOptions {
     EmbeddedOptions::default()
+}
+
+fn pool() -> PoolConfig {
+    PoolConfig::default()
 }
 
 fn default_http_listen() -> String {
@@ -87,6 +96,36 @@ pub struct GatewayArgs {
     /// Extra service time added to every backend call, ms (simulates a slow or remote LLM).
     #[arg(long, env = "DUET_BACKEND_DELAY_MS", default_value_t = 0)]
     pub backend_delay_ms: u64,
+    /// External engine worker, KIND=URL (sglang, vllm or llamacpp), repeatable or
+    /// comma-separated; without one the embedded LLM serves.
+    #[arg(long = "engine", env = "DUET_ENGINES", value_delimiter = ',')]
+    pub engines: Vec<EngineSpec>,
+    /// The devices' tokenizer that engines are checked against: tokenizer.json, a directory
+    /// holding one, or a prepared model id [default: --model].
+    #[arg(long, env = "DUET_ENGINE_TOKENIZER")]
+    pub engine_tokenizer: Option<String>,
+    /// How long to wait at start-up for engines still loading their model, seconds.
+    #[arg(long, env = "DUET_ENGINE_STARTUP_SECS", default_value_t = 300)]
+    pub engine_startup_secs: u64,
+    /// How a session's escalations pick a worker: sticky (rendezvous hashing, keeps the
+    /// engine's prefix cache) or round-robin (for comparison).
+    #[arg(long, env = "DUET_ENGINE_ROUTING", default_value = "sticky", value_parser = ["sticky", "round-robin"])]
+    pub engine_routing: String,
+    /// Requests in flight per worker before devices get `Busy`.
+    #[arg(long, env = "DUET_ENGINE_MAX_IN_FLIGHT", default_value_t = pool().max_in_flight_per_worker)]
+    pub engine_max_in_flight: usize,
+    /// Attempts per escalation, on different workers, while its deadline allows.
+    #[arg(long, env = "DUET_ENGINE_MAX_ATTEMPTS", default_value_t = pool().max_attempts, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub engine_max_attempts: u32,
+    /// Consecutive failures that open a worker's circuit breaker.
+    #[arg(long, env = "DUET_ENGINE_BREAKER_FAILURES", default_value_t = pool().breaker.failure_threshold)]
+    pub engine_breaker_failures: u32,
+    /// How long an open breaker stays open before a trial request, ms.
+    #[arg(long, env = "DUET_ENGINE_BREAKER_OPEN_MS", default_value_t = pool().breaker.open_for.as_millis() as u64)]
+    pub engine_breaker_open_ms: u64,
+    /// Interval between health checks of each worker, ms.
+    #[arg(long, env = "DUET_ENGINE_HEALTH_INTERVAL_MS", default_value_t = pool().health.interval.as_millis() as u64)]
+    pub engine_health_interval_ms: u64,
     /// Log filter (tracing EnvFilter syntax).
     #[arg(long, env = "DUET_LOG", default_value = "info")]
     pub log: String,
@@ -139,6 +178,25 @@ impl GatewayArgs {
             max_context: self.max_context,
             max_cached_sessions: self.kv_cache_sessions,
         }
+    }
+
+    /// The engine pool these flags describe (its `engines` empty when none was given).
+    pub fn pool_config(&self) -> PoolConfig {
+        let defaults = pool();
+        PoolConfig {
+            engines: self.engines.clone(),
+            max_in_flight_per_worker: self.engine_max_in_flight.max(1),
+            max_attempts: self.engine_max_attempts,
+            pick: PickPolicy { routing: if self.engine_routing == "round-robin" { Routing::RoundRobin } else { Routing::Sticky }, ..defaults.pick },
+            breaker: BreakerConfig { failure_threshold: self.engine_breaker_failures.max(1), open_for: Duration::from_millis(self.engine_breaker_open_ms), ..defaults.breaker },
+            health: HealthConfig { interval: Duration::from_millis(self.engine_health_interval_ms.max(50)), ..defaults.health },
+            ..defaults
+        }
+    }
+
+    /// The devices' tokenizer engines are checked against.
+    pub fn engine_tokenizer(&self) -> std::path::PathBuf {
+        crate::engine::connect::tokenizer_path(self.engine_tokenizer.as_deref().unwrap_or(&self.model))
     }
 
     /// Load the backend these flags describe: the embedded LLM, slowed down by

@@ -5,7 +5,6 @@
 //! full, so a load balancer sends new devices elsewhere before they would get `Busy`.
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
 use axum::{extract::State, http::StatusCode, routing::get, Router};
@@ -36,14 +35,10 @@ async fn metrics_text() -> (StatusCode, String) {
     }
 }
 
-async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str) {
-    let in_flight = shared.queue.stats().in_flight.load(Ordering::Relaxed);
-    if shared.queue.actor().get_status() != ractor::ActorStatus::Running {
-        (StatusCode::SERVICE_UNAVAILABLE, "batcher not running\n")
-    } else if in_flight >= shared.queue.capacity() {
-        (StatusCode::SERVICE_UNAVAILABLE, "queue full\n")
-    } else {
-        (StatusCode::OK, "ready\n")
+async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, String) {
+    match shared.queue.not_ready() {
+        Some(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+        None => (StatusCode::OK, "ready\n".into()),
     }
 }
 

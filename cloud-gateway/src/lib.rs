@@ -12,6 +12,8 @@ pub mod backend;
 pub mod batcher;
 pub mod cli;
 pub mod config;
+pub mod dispatch;
+pub mod engine;
 pub mod http;
 pub mod server;
 pub mod sessions;

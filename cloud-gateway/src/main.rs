@@ -1,7 +1,10 @@
 //! `cloud-gateway`: QUIC server that batches escalations from many devices into the LLM.
 
+use std::time::Duration;
+
 use clap::Parser;
 use cloud_gateway::cli::GatewayArgs;
+use cloud_gateway::engine::connect::{connect, expected_vocabulary};
 use cloud_gateway::Gateway;
 
 #[tokio::main]
@@ -9,12 +12,18 @@ async fn main() -> anyhow::Result<()> {
     let args = GatewayArgs::parse();
     common::telemetry::init_logging(&args.log)?;
     let config = args.gateway_config()?;
-    let backend = tokio::task::spawn_blocking({
-        let args = args.clone();
-        move || args.load_backend()
-    })
-    .await??;
-    let gateway = Gateway::start(config, backend).await?;
+    let gateway = if args.engines.is_empty() {
+        let backend = tokio::task::spawn_blocking({
+            let args = args.clone();
+            move || args.load_backend()
+        })
+        .await??;
+        Gateway::start(config, backend).await?
+    } else {
+        let expected = expected_vocabulary(&args.engine_tokenizer())?;
+        let (pool, facts) = connect(args.pool_config(), &expected, Duration::from_secs(args.engine_startup_secs)).await?;
+        Gateway::start_with_engines(config, pool, facts).await?
+    };
     eprintln!("cloud-gateway ready on quic://{} (http {:?})", gateway.local_addr()?, gateway.http_addr);
     tokio::signal::ctrl_c().await?;
     tracing::info!("shutting down");

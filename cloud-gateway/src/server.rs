@@ -10,9 +10,11 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
-use crate::backend::Backend;
-use crate::batcher::{spawn_batcher, BatchQueue};
+use crate::backend::{Backend, ModelFacts};
+use crate::batcher::spawn_batcher;
 use crate::config::GatewayConfig;
+use crate::dispatch::Dispatcher;
+use crate::engine::pool::EnginePool;
 use crate::sessions::SessionStore;
 use crate::state::Shared;
 use crate::transport::listener;
@@ -35,10 +37,24 @@ impl Gateway {
     pub async fn start(config: GatewayConfig, backend: Box<dyn Backend>) -> anyhow::Result<Self> {
         let config = config.validated()?;
         let facts = backend.facts();
-        let endpoint = listener::bind(&config)?;
         let queue = spawn_batcher(backend, config.batcher).await?;
+        Self::start_with(config, facts, Dispatcher::Batcher(queue), Vec::new()).await
+    }
+
+    /// Start serving from external engines: `pool` is already checked against the devices'
+    /// tokenizer ([`crate::engine::connect`]), which also found its `facts`. Workers' health is
+    /// polled for as long as the gateway runs.
+    pub async fn start_with_engines(config: GatewayConfig, pool: EnginePool, facts: ModelFacts) -> anyhow::Result<Self> {
+        let config = config.validated()?;
+        let pool = Arc::new(pool);
+        let health = pool.spawn_health_checks();
+        Self::start_with(config, facts, Dispatcher::Engines(pool), vec![health]).await
+    }
+
+    async fn start_with(config: GatewayConfig, facts: ModelFacts, queue: Dispatcher, mut tasks: Vec<JoinHandle<()>>) -> anyhow::Result<Self> {
+        let endpoint = listener::bind(&config)?;
         let shared = Arc::new(Shared::new(&config, &facts, queue.clone()));
-        let mut tasks = vec![listener::spawn_accept_loop(endpoint.clone(), shared.clone())];
+        tasks.push(listener::spawn_accept_loop(endpoint.clone(), shared.clone()));
         tasks.push(spawn_expiry(shared.store.clone(), queue, config.session_idle));
         let http_addr = match config.http_listen {
             Some(addr) => {
@@ -63,14 +79,14 @@ impl Gateway {
         for t in &self.tasks {
             t.abort();
         }
-        self.shared.queue.actor().stop(None);
+        self.shared.queue.stop();
         self.endpoint.wait_idle().await;
     }
 }
 
 /// Drop sessions idle longer than `idle`, and their queued work and backend state, checking
 /// four times per `idle` (at most every 100 ms).
-fn spawn_expiry(store: Arc<SessionStore>, queue: BatchQueue, idle: Duration) -> JoinHandle<()> {
+fn spawn_expiry(store: Arc<SessionStore>, queue: Dispatcher, idle: Duration) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval((idle / 4).max(Duration::from_millis(100)));
         loop {

@@ -13,7 +13,7 @@ use common::exchange::gateway::HandshakePolicy;
 use common::protocol::{Limits, ValidationLimits};
 
 use crate::backend::ModelFacts;
-use crate::batcher::BatchQueue;
+use crate::dispatch::Dispatcher;
 use crate::config::GatewayConfig;
 use crate::sessions::SessionStore;
 
@@ -34,14 +34,14 @@ pub struct Shared {
     /// Every live session's token context.
     pub store: Arc<SessionStore>,
     /// Where escalations go.
-    pub queue: BatchQueue,
+    pub queue: Dispatcher,
     /// Devices past the handshake right now.
     pub connections: AtomicUsize,
 }
 
 impl Shared {
     /// Derive the shared state from a validated configuration and the backend's facts.
-    pub fn new(config: &GatewayConfig, facts: &ModelFacts, queue: BatchQueue) -> Self {
+    pub fn new(config: &GatewayConfig, facts: &ModelFacts, queue: Dispatcher) -> Self {
         let max_context_tokens = facts.max_context.saturating_sub(1);
         Self {
             handshake: HandshakePolicy {
@@ -72,7 +72,7 @@ impl Shared {
             max_frame_bytes: u32::try_from(self.max_frame_bytes).unwrap_or(u32::MAX),
             max_context_tokens: u32::try_from(self.max_context_tokens).unwrap_or(u32::MAX),
             max_sessions: u32::try_from(self.max_sessions_per_device).unwrap_or(u32::MAX),
-            service_time_ms: self.queue.stats().service_ms.load(Ordering::Relaxed),
+            service_time_ms: self.queue.service_ms(),
         }
     }
 

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod engines;
+
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -1,0 +1,148 @@
+//! The I/O around a [`Dialect`]: one HTTP client per worker, with the time limit the
+//! escalation has left and a bound on how much of a response is read.
+//!
+//! Cancellation is by dropping: the pool drops the future when the device stops waiting, which
+//! closes the request's connection, and the engines named here stop the generation when their
+//! client goes away.
+
+use std::time::Duration;
+
+use super::{Dialect, EngineError, EngineModel, EngineReply, HttpCall, NextTokenRequest, EngineSpec};
+
+/// Largest engine response read, bytes: a one-token answer is a few hundred bytes, so anything
+/// near this is a broken engine, not an answer.
+pub const MAX_RESPONSE_BYTES: usize = 1 << 20;
+
+/// Talks to one engine worker.
+#[derive(Debug, Clone)]
+pub struct EngineClient {
+    http: reqwest::Client,
+    base: String,
+    dialect: std::sync::Arc<dyn Dialect>,
+}
+
+impl EngineClient {
+    /// A client for `spec` speaking `dialect`. Connections are kept alive and reused: a
+    /// request per escalation must not pay a TCP handshake.
+    pub fn new(spec: &EngineSpec, dialect: std::sync::Arc<dyn Dialect>) -> Result<Self, EngineError> {
+        // https engines use rustls with the provider the QUIC side uses.
+        crate::transport::tls::install_crypto_provider();
+        let http = reqwest::Client::builder()
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(256)
+            .tcp_nodelay(true)
+            .connect_timeout(Duration::from_secs(2))
+            .build()
+            .map_err(|e| EngineError::Transport(format!("HTTP client: {e}")))?;
+        Ok(Self { http, base: spec.url.clone(), dialect })
+    }
+
+    /// The worker's base URL.
+    pub fn url(&self) -> &str {
+        &self.base
+    }
+
+    /// The dialect this client speaks.
+    pub fn dialect(&self) -> &dyn Dialect {
+        self.dialect.as_ref()
+    }
+
+    /// Ask for the next token(s), giving up after `timeout`.
+    pub async fn next_token(&self, request: &NextTokenRequest<'_>, timeout: Duration) -> Result<EngineReply, EngineError> {
+        let body = self.call(&self.dialect.next_token_call(request), timeout).await?;
+        let reply = self.dialect.parse_next_token(&body)?;
+        if reply.tokens.is_empty() {
+            return Err(EngineError::BadResponse("no generated token".into()));
+        }
+        Ok(reply)
+    }
+
+    /// Whether the engine says it can serve (its health path answers 2xx within `timeout`).
+    pub async fn is_healthy(&self, timeout: Duration) -> bool {
+        self.call(&HttpCall::get(self.dialect.health_path()), timeout).await.is_ok()
+    }
+
+    /// What the engine serves.
+    pub async fn model_info(&self, timeout: Duration) -> Result<EngineModel, EngineError> {
+        let body = self.call(&self.dialect.model_info_call(), timeout).await?;
+        self.dialect.parse_model_info(&body)
+    }
+
+    /// The engine's token ids for `text`, if it can tokenize.
+    pub async fn tokenize(&self, text: &str, timeout: Duration) -> Result<Option<Vec<u32>>, EngineError> {
+        let Some(call) = self.dialect.tokenize_call(text) else { return Ok(None) };
+        let body = self.call(&call, timeout).await?;
+        self.dialect.parse_tokenize(&body).map(Some)
+    }
+
+    /// Make one call and return the body of a 2xx answer; anything else is a typed error.
+    pub async fn call(&self, call: &HttpCall, timeout: Duration) -> Result<Vec<u8>, EngineError> {
+        let url = format!("{}{}", self.base, call.path);
+        let builder = match &call.body {
+            Some(body) => self.http.post(url).json(body),
+            None => self.http.get(url),
+        };
+        let exchange = async {
+            let mut response = builder.send().await.map_err(transport)?;
+            let status = response.status();
+            if let Some(len) = response.content_length() {
+                if len as usize > MAX_RESPONSE_BYTES {
+                    return Err(EngineError::BadResponse(format!("response of {len} bytes exceeds {MAX_RESPONSE_BYTES}")));
+                }
+            }
+            let mut body = Vec::new();
+            while let Some(chunk) = response.chunk().await.map_err(transport)? {
+                if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                    return Err(EngineError::BadResponse(format!("response exceeds {MAX_RESPONSE_BYTES} bytes")));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            if !status.is_success() {
+                return Err(status_error(status.as_u16(), &body));
+            }
+            Ok(body)
+        };
+        tokio::time::timeout(timeout, exchange).await.map_err(|_| EngineError::Timeout)?
+    }
+}
+
+fn transport(e: reqwest::Error) -> EngineError {
+    if e.is_timeout() {
+        return EngineError::Timeout;
+    }
+    // The chain says why (connection refused, reset ...); the top error alone rarely does.
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        message = format!("{message}: {s}");
+        source = s.source();
+    }
+    EngineError::Transport(message)
+}
+
+/// An HTTP error answer as a typed error. Engines say "too long" in different words; those
+/// that do are refusals of the request, not failures of the worker.
+fn status_error(status: u16, body: &[u8]) -> EngineError {
+    let text = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
+    let lower = text.to_ascii_lowercase();
+    let too_long = ["exceed", "context size", "context length", "too long", "maximum context"].iter().any(|w| lower.contains(w));
+    if status == 400 && too_long {
+        return EngineError::ContextTooLong { len: 0 };
+    }
+    EngineError::Status { status, message: text }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_engine_that_says_the_context_is_too_long_refuses_the_request_without_blaming_the_worker() {
+        let e = status_error(400, br#"{"error":{"code":400,"message":"the request exceeds the available context size","type":"exceed_context_size_error"}}"#);
+        assert!(matches!(e, EngineError::ContextTooLong { .. }));
+        assert!(!e.counts_against_worker());
+        let e = status_error(500, b"boom");
+        assert_eq!(e, EngineError::Status { status: 500, message: "boom".into() });
+        assert!(e.is_retryable());
+    }
+}

@@ -1,0 +1,196 @@
+//! llama.cpp's `llama-server`: `POST /completion` with the context as a token-id array.
+//!
+//! The mapping follows the server vendored by `llama-cpp-python` 0.3.36 (the one
+//! `deploy/engines/llamacpp/build` builds and the test suite runs), whose README documents:
+//! - a prompt given as an array of token ids is used as is (no BOS is added);
+//! - `n_predict` tokens; greedy via `top_k: 1` (with `temperature: 0`);
+//! - `return_tokens: true` fills `tokens` with the generated ids (otherwise it is empty);
+//! - `n_probs > 0` adds `completion_probabilities` (`id`, `logprob`, `top_logprobs` per token);
+//! - `cache_prompt: true` reuses the slot's KV cache for the common prefix; `timings.cache_n`
+//!   says how many prompt tokens came from it, `tokens_evaluated` how many the prompt had;
+//! - `id_slot` pins a request to a slot; sent only when asked for, because the server already
+//!   gives a request the idle slot whose cache shares the longest prefix with it;
+//! - `GET /health` is 503 while the model loads and 200 when ready; `GET /v1/models` carries
+//!   `meta.n_vocab` and `meta.n_ctx` (per slot); `POST /tokenize` `{content, add_special}`.
+//!
+//! The server checks every prompt id against its vocabulary and answers 400 otherwise.
+
+use serde_json::{json, Value};
+
+use super::{parse_json, token_id, Dialect, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest};
+
+/// The `llama-server` dialect.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LlamaCppDialect;
+
+impl Dialect for LlamaCppDialect {
+    fn kind(&self) -> EngineKind {
+        EngineKind::LlamaCpp
+    }
+
+    fn next_token_call(&self, r: &NextTokenRequest<'_>) -> HttpCall {
+        let s = r.sampling;
+        let mut body = json!({
+            "prompt": r.context,
+            "n_predict": r.max_new_tokens.max(1),
+            "cache_prompt": true,
+            "return_tokens": true,
+            // Always at least the chosen token's log-probability.
+            "n_probs": r.top_logprobs.max(1),
+            "stream": false,
+            // Only the fields read back: the default body repeats the prompt and all settings.
+            "response_fields": ["tokens", "completion_probabilities", "tokens_evaluated", "timings"],
+        });
+        // Penalties would make the answer depend on more than the context and the seed.
+        body["repeat_penalty"] = json!(1.0);
+        body["min_p"] = json!(0.0);
+        if s.is_greedy() {
+            body["temperature"] = json!(0.0);
+            body["top_k"] = json!(1);
+        } else {
+            body["temperature"] = json!(s.temperature);
+            body["top_k"] = json!(s.top_k);
+            body["top_p"] = json!(s.top_p);
+        }
+        if let Some(seed) = r.seed {
+            // llama.cpp takes a u32 seed (0xFFFFFFFF = random); fold the 64-bit one.
+            body["seed"] = json!(((seed >> 32) ^ seed) as u32 & 0x7fff_ffff);
+        }
+        if let Some(slot) = r.slot {
+            body["id_slot"] = json!(slot);
+        }
+        HttpCall::post("/completion", body)
+    }
+
+    fn parse_next_token(&self, body: &[u8]) -> Result<EngineReply, EngineError> {
+        let v = parse_json(body)?;
+        let probs = v.get("completion_probabilities").and_then(Value::as_array);
+        let ids: Vec<u32> = match v.get("tokens").and_then(Value::as_array) {
+            Some(tokens) if !tokens.is_empty() => tokens.iter().map(token_id).collect::<Result<_, _>>()?,
+            _ => match probs {
+                Some(p) if !p.is_empty() => p.iter().map(|e| e.get("id").map_or(Err(missing("completion_probabilities[].id")), token_id)).collect::<Result<_, _>>()?,
+                _ => return Err(EngineError::BadResponse("no generated token (`tokens` and `completion_probabilities` empty or absent)".into())),
+            },
+        };
+        let tokens = ids
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| {
+                let logprob = probs.and_then(|p| p.get(i)).filter(|e| e.get("id").and_then(Value::as_u64) == Some(u64::from(id))).and_then(|e| e.get("logprob")).and_then(Value::as_f64).map(|l| l as f32);
+                EngineToken { id, logprob }
+            })
+            .collect();
+        let count = |v: Option<&Value>| v.and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok());
+        let timings = v.get("timings");
+        let cached = count(timings.and_then(|t| t.get("cache_n")));
+        let prompt = count(v.get("tokens_evaluated")).or_else(|| Some(count(timings.and_then(|t| t.get("prompt_n")))? + cached.unwrap_or(0)));
+        Ok(EngineReply { tokens, prompt_tokens: prompt, cached_tokens: cached })
+    }
+
+    fn health_path(&self) -> &'static str {
+        "/health"
+    }
+
+    fn model_info_call(&self) -> HttpCall {
+        HttpCall::get("/v1/models")
+    }
+
+    fn parse_model_info(&self, body: &[u8]) -> Result<EngineModel, EngineError> {
+        let v = parse_json(body)?;
+        let model = v.get("data").and_then(Value::as_array).and_then(|d| d.first()).ok_or_else(|| missing("data[0]"))?;
+        let id = model.get("id").and_then(Value::as_str).ok_or_else(|| missing("data[0].id"))?.to_string();
+        let meta = model.get("meta");
+        let size = |k: &str| meta.and_then(|m| m.get(k)).and_then(Value::as_u64).and_then(|n| usize::try_from(n).ok());
+        Ok(EngineModel { id, vocab_size: size("n_vocab"), max_context: size("n_ctx") })
+    }
+
+    fn tokenize_call(&self, text: &str) -> Option<HttpCall> {
+        Some(HttpCall::post("/tokenize", json!({ "content": text, "add_special": false, "parse_special": false })))
+    }
+
+    fn parse_tokenize(&self, body: &[u8]) -> Result<Vec<u32>, EngineError> {
+        let v = parse_json(body)?;
+        v.get("tokens").and_then(Value::as_array).ok_or_else(|| missing("tokens"))?.iter().map(token_id).collect()
+    }
+}
+
+fn missing(field: &str) -> EngineError {
+    EngineError::BadResponse(format!("llama-server response lacks `{field}`"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use common::sampling::SamplingParams;
+
+    fn request<'a>(context: &'a [u32], sampling: &'a SamplingParams) -> NextTokenRequest<'a> {
+        NextTokenRequest { context, sampling, seed: None, max_new_tokens: 1, top_logprobs: 0, slot: None }
+    }
+
+    #[test]
+    fn a_greedy_request_sends_token_ids_for_one_token_with_the_prompt_cache_on() {
+        let greedy = SamplingParams::default();
+        let call = LlamaCppDialect.next_token_call(&NextTokenRequest { slot: Some(3), ..request(&[151644, 872, 198], &greedy) });
+        assert_eq!(call.path, "/completion");
+        let b = call.body.unwrap();
+        assert_eq!(b["prompt"], json!([151644, 872, 198]));
+        assert_eq!(b["n_predict"], 1);
+        assert_eq!((b["top_k"].clone(), b["temperature"].clone()), (json!(1), json!(0.0)));
+        assert_eq!((b["cache_prompt"].clone(), b["return_tokens"].clone(), b["stream"].clone()), (json!(true), json!(true), json!(false)));
+        assert_eq!(b["n_probs"], 1);
+        assert_eq!(b["id_slot"], 3);
+        assert!(b.get("seed").is_none());
+    }
+
+    #[test]
+    fn a_sampled_request_carries_its_settings_and_a_seed_llama_cpp_accepts() {
+        let s = SamplingParams { temperature: 0.7, top_k: 40, top_p: 0.9, seed: Some(1) };
+        let b = LlamaCppDialect.next_token_call(&NextTokenRequest { seed: Some(u64::MAX), max_new_tokens: 4, top_logprobs: 5, ..request(&[1], &s) }).body.unwrap();
+        assert_eq!((b["top_k"].clone(), b["n_predict"].clone(), b["n_probs"].clone()), (json!(40), json!(4), json!(5)));
+        assert!((b["temperature"].as_f64().unwrap() - 0.7).abs() < 1e-6);
+        let seed = b["seed"].as_u64().unwrap();
+        assert!(seed < 0x8000_0000, "never the 'random' sentinel 0xFFFFFFFF");
+    }
+
+    /// A `/completion` answer, verbatim, from the llama-server `deploy/engines/llamacpp/build`
+    /// builds (Qwen2.5-Coder-1.5B-Instruct Q4_K_M, this dialect's request for a 10-token
+    /// context whose first 9 tokens the slot had cached).
+    const COMPLETION: &str = r#"{"tokens":[0],"completion_probabilities":[{"id":0,"token":"!","bytes":[33],"logprob":-0.00539773516356945,"top_logprobs":[{"id":0,"token":"!","bytes":[33],"logprob":-0.00539773516356945}]}],"tokens_evaluated":10,"timings":{"cache_n":9,"prompt_n":1,"prompt_ms":92.065,"prompt_per_token_ms":92.065,"prompt_per_second":10.861891055232716,"predicted_n":1,"predicted_ms":0.001,"predicted_per_token_ms":0.0,"predicted_per_second":0.0}}"#;
+
+    #[test]
+    fn a_completion_yields_its_token_logprob_and_cache_figures() {
+        let r = LlamaCppDialect.parse_next_token(COMPLETION.as_bytes()).unwrap();
+        assert_eq!(r.tokens, vec![EngineToken { id: 0, logprob: Some(-0.005_397_735) }]);
+        assert_eq!((r.prompt_tokens, r.cached_tokens), (Some(10), Some(9)));
+    }
+
+    #[test]
+    fn the_full_default_body_of_the_readme_parses_too() {
+        // Shape of the README's non-streaming example (fields not read are ignored).
+        let body = r#"{"index":0,"content":" Paris","tokens":[12095],"id_slot":0,"stop":true,"model":"qwen","tokens_predicted":1,"tokens_evaluated":7,
+            "generation_settings":{"n_predict":1},"prompt":"","has_new_line":false,"truncated":false,"stop_type":"limit","stopping_word":"","tokens_cached":7,
+            "timings":{"cache_n":0,"prompt_n":7,"prompt_ms":10.5,"predicted_n":1}}"#;
+        let r = LlamaCppDialect.parse_next_token(body.as_bytes()).unwrap();
+        assert_eq!(r.tokens, vec![EngineToken { id: 12095, logprob: None }]);
+        assert_eq!((r.prompt_tokens, r.cached_tokens), (Some(7), Some(0)));
+    }
+
+    #[test]
+    fn garbage_is_a_typed_error_not_a_panic() {
+        for body in ["", "<html>502</html>", "{}", r#"{"tokens":[]}"#, r#"{"tokens":[-1]}"#, r#"{"tokens":[1.5]}"#, r#"{"tokens":[4294967296]}"#, r#"{"tokens":"x"}"#, r#"{"completion_probabilities":[{"token":"a"}]}"#] {
+            assert!(matches!(LlamaCppDialect.parse_next_token(body.as_bytes()), Err(EngineError::BadResponse(_))), "{body}");
+        }
+    }
+
+    #[test]
+    fn model_info_and_tokenize_read_the_documented_bodies() {
+        let models = r#"{"models":[{"name":"q","model":"q"}],"object":"list","data":[{"id":"qwen2.5-coder-1.5b-instruct.gguf","object":"model","created":1,"owned_by":"llamacpp",
+            "meta":{"vocab_type":2,"n_vocab":151936,"n_ctx":4096,"n_ctx_train":32768,"n_embd":1536,"n_params":1543714304,"size":1117320736}}]}"#;
+        let m = LlamaCppDialect.parse_model_info(models.as_bytes()).unwrap();
+        assert_eq!(m, EngineModel { id: "qwen2.5-coder-1.5b-instruct.gguf".into(), vocab_size: Some(151936), max_context: Some(4096) });
+        assert!(LlamaCppDialect.parse_model_info(br#"{"data":[]}"#).is_err());
+        let call = LlamaCppDialect.tokenize_call("Hello").unwrap();
+        assert_eq!((call.path.as_str(), call.body.unwrap()["add_special"].clone()), ("/tokenize", json!(false)));
+        assert_eq!(LlamaCppDialect.parse_tokenize(br#"{"tokens":[9707,11]}"#).unwrap(), vec![9707, 11]);
+    }
+}

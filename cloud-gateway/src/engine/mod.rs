@@ -1,0 +1,298 @@
+//! External LLM engines behind the gateway: SGLang, vLLM and llama.cpp's `llama-server`.
+//!
+//! Engines batch continuously on their own, so the gateway does not cut batches for them: each
+//! escalation becomes one HTTP request, many in flight at once, cancelled when the device stops
+//! waiting. Every engine is driven by token ids only (never text), for the next token (or a
+//! short lookahead) of the session's whole context; engines with a prefix cache (SGLang's radix
+//! cache, vLLM's prefix caching, llama.cpp's `cache_prompt`) then prefill only the delta the
+//! device sent since its last escalation, provided the session keeps going to the same worker
+//! ([`pool`]).
+//!
+//! What differs between engines is only the shape of the bodies: a [`Dialect`] is a pure
+//! mapping between a [`NextTokenRequest`] and one engine's JSON, tested field by field against
+//! the engine's documented bodies without a server. [`client::EngineClient`] is the I/O around
+//! it.
+
+pub mod client;
+pub mod connect;
+pub mod llamacpp;
+pub mod pool;
+pub mod sglang;
+pub mod verify;
+pub mod vllm;
+
+use std::fmt;
+use std::str::FromStr;
+
+use common::sampling::SamplingParams;
+
+/// Which engine a worker runs: picks the [`Dialect`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EngineKind {
+    /// SGLang's native API (`POST /generate` with `input_ids`).
+    Sglang,
+    /// vLLM's OpenAI-compatible completions with a token-id prompt, or its token-in/token-out
+    /// `POST /inference/v1/generate` where the server has it.
+    Vllm,
+    /// llama.cpp's `llama-server` (`POST /completion` with a token-id prompt).
+    LlamaCpp,
+}
+
+impl EngineKind {
+    /// The name used on the command line and in metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sglang => "sglang",
+            Self::Vllm => "vllm",
+            Self::LlamaCpp => "llamacpp",
+        }
+    }
+}
+
+impl fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for EngineKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "sglang" => Ok(Self::Sglang),
+            "vllm" => Ok(Self::Vllm),
+            "llamacpp" | "llama.cpp" | "llama-cpp" | "llama-server" => Ok(Self::LlamaCpp),
+            other => Err(format!("unknown engine `{other}` (expected sglang, vllm or llamacpp)")),
+        }
+    }
+}
+
+/// One engine worker: its kind and base URL (`--engine llamacpp=http://127.0.0.1:8080`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EngineSpec {
+    /// What runs there.
+    pub kind: EngineKind,
+    /// Base URL without a trailing slash, e.g. `http://10.0.0.5:30000`.
+    pub url: String,
+}
+
+impl FromStr for EngineSpec {
+    type Err = String;
+    /// `KIND=URL`, e.g. `sglang=http://10.0.0.5:30000`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (kind, url) = s.split_once('=').ok_or_else(|| format!("engine `{s}`: expected KIND=URL, e.g. llamacpp=http://127.0.0.1:8080"))?;
+        let kind: EngineKind = kind.trim().parse()?;
+        let url = url.trim().trim_end_matches('/');
+        if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() <= "https://".len() {
+            return Err(format!("engine `{s}`: the URL must start with http:// or https://"));
+        }
+        Ok(Self { kind, url: url.to_string() })
+    }
+}
+
+impl fmt::Display for EngineSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}", self.kind, self.url)
+    }
+}
+
+/// What the gateway asks an engine for: the next token(s) after `context`.
+#[derive(Debug, Clone, Copy)]
+pub struct NextTokenRequest<'a> {
+    /// The session's whole context (token ids); the answer continues it.
+    pub context: &'a [u32],
+    /// How to choose tokens (greedy when `temperature == 0`).
+    pub sampling: &'a SamplingParams,
+    /// Seed for sampled decoding (the escalation's seed mixed with its `seq`), so a retry on
+    /// another worker draws the same token.
+    pub seed: Option<u64>,
+    /// Tokens to generate: 1 for an escalation, more for a lookahead.
+    pub max_new_tokens: u32,
+    /// Top log-probabilities wanted per token (0 = only the chosen token's).
+    pub top_logprobs: u32,
+    /// llama.cpp slot to use (the pool pins a session to a slot for its prompt cache).
+    pub slot: Option<u32>,
+}
+
+/// One generated token.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EngineToken {
+    /// Its id.
+    pub id: u32,
+    /// Its log-probability, when the engine reports it.
+    pub logprob: Option<f32>,
+}
+
+/// An engine's answer to a [`NextTokenRequest`].
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EngineReply {
+    /// Generated tokens, first one first (at least one).
+    pub tokens: Vec<EngineToken>,
+    /// Prompt tokens the engine counted, when reported.
+    pub prompt_tokens: Option<u32>,
+    /// Of those, how many came from its prefix cache, when reported.
+    pub cached_tokens: Option<u32>,
+}
+
+/// What an engine says about its model at start-up.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EngineModel {
+    /// Model id or path as the engine names it.
+    pub id: String,
+    /// Vocabulary size, when the engine reports it.
+    pub vocab_size: Option<usize>,
+    /// Longest context per request, when reported.
+    pub max_context: Option<usize>,
+}
+
+/// An HTTP call a dialect wants made: method, path and (for POST) a JSON body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpCall {
+    /// `GET` when `body` is `None`, `POST` otherwise.
+    pub path: String,
+    /// JSON body of a POST.
+    pub body: Option<serde_json::Value>,
+}
+
+impl HttpCall {
+    /// A GET of `path`.
+    pub fn get(path: &str) -> Self {
+        Self { path: path.into(), body: None }
+    }
+    /// A POST of `body` to `path`.
+    pub fn post(path: &str, body: serde_json::Value) -> Self {
+        Self { path: path.into(), body: Some(body) }
+    }
+}
+
+/// Why an engine call failed. [`EngineError::is_retryable`] says whether another worker may
+/// succeed; [`EngineError::counts_against_worker`] whether it is the worker's fault.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum EngineError {
+    /// No connection, reset, or a broken response stream.
+    #[error("engine unreachable: {0}")]
+    Transport(String),
+    /// No answer within the time the escalation had left.
+    #[error("engine did not answer in time")]
+    Timeout,
+    /// The engine answered with an HTTP error.
+    #[error("engine answered HTTP {status}: {message}")]
+    Status {
+        /// HTTP status code.
+        status: u16,
+        /// The engine's message (truncated).
+        message: String,
+    },
+    /// The body was not what the engine's API documents (not JSON, fields missing, no token).
+    #[error("engine response not understood: {0}")]
+    BadResponse(String),
+    /// The engine produced a token id outside the vocabulary the devices share.
+    #[error("engine produced token id {id}, outside the vocabulary of {vocab_size}")]
+    TokenOutOfVocabulary {
+        /// The id it produced.
+        id: u32,
+        /// The shared vocabulary size.
+        vocab_size: usize,
+    },
+    /// The engine refused the context as too long for its model.
+    #[error("context of {len} tokens is too long for the engine")]
+    ContextTooLong {
+        /// Tokens in the context.
+        len: usize,
+    },
+}
+
+impl EngineError {
+    /// Whether the same request may succeed on another worker (a greedy next-token request
+    /// is idempotent, so retrying is safe).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Transport(_) | Self::Timeout | Self::BadResponse(_) | Self::TokenOutOfVocabulary { .. } => true,
+            Self::Status { status, .. } => *status >= 500 || *status == 429,
+            Self::ContextTooLong { .. } => false,
+        }
+    }
+
+    /// Whether the failure says something about the worker's health (feeds its circuit
+    /// breaker); a request the engine rightly refused does not.
+    pub fn counts_against_worker(&self) -> bool {
+        match self {
+            Self::Status { status, .. } => *status >= 500,
+            Self::ContextTooLong { .. } => false,
+            _ => true,
+        }
+    }
+
+    /// Short label for metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Transport(_) => "transport",
+            Self::Timeout => "timeout",
+            Self::Status { .. } => "http_error",
+            Self::BadResponse(_) => "bad_response",
+            Self::TokenOutOfVocabulary { .. } => "bad_token",
+            Self::ContextTooLong { .. } => "context_too_long",
+        }
+    }
+}
+
+/// The mapping between Duet's requests and one engine's HTTP API: pure functions, no I/O.
+pub trait Dialect: Send + Sync + fmt::Debug {
+    /// Which engine this speaks to.
+    fn kind(&self) -> EngineKind;
+    /// The call that asks for the next token(s).
+    fn next_token_call(&self, request: &NextTokenRequest<'_>) -> HttpCall;
+    /// Read the answer to [`Dialect::next_token_call`] (a 2xx body; errors are mapped by the
+    /// client before this is called).
+    fn parse_next_token(&self, body: &[u8]) -> Result<EngineReply, EngineError>;
+    /// Path that answers 200 when the engine can serve.
+    fn health_path(&self) -> &'static str;
+    /// The call that describes the served model.
+    fn model_info_call(&self) -> HttpCall;
+    /// Read [`Dialect::model_info_call`]'s answer.
+    fn parse_model_info(&self, body: &[u8]) -> Result<EngineModel, EngineError>;
+    /// The call that tokenizes `text` without special tokens, if the engine offers one
+    /// (a server started without a tokenizer does not).
+    fn tokenize_call(&self, text: &str) -> Option<HttpCall>;
+    /// Read [`Dialect::tokenize_call`]'s answer.
+    fn parse_tokenize(&self, body: &[u8]) -> Result<Vec<u32>, EngineError>;
+}
+
+/// Parse a JSON body, with an error that names the engine's API.
+pub(crate) fn parse_json(body: &[u8]) -> Result<serde_json::Value, EngineError> {
+    serde_json::from_slice(body).map_err(|e| {
+        let head = String::from_utf8_lossy(&body[..body.len().min(80)]).into_owned();
+        EngineError::BadResponse(format!("not JSON ({e}): {head:?}"))
+    })
+}
+
+/// A JSON number as a token id, refusing negatives, fractions and ids beyond u32.
+pub(crate) fn token_id(v: &serde_json::Value) -> Result<u32, EngineError> {
+    v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| EngineError::BadResponse(format!("token id {v} is not a u32")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_engine_is_named_kind_equals_url() {
+        let spec: EngineSpec = "llamacpp=http://127.0.0.1:8080/".parse().unwrap();
+        assert_eq!(spec, EngineSpec { kind: EngineKind::LlamaCpp, url: "http://127.0.0.1:8080".into() });
+        assert_eq!(spec.to_string(), "llamacpp=http://127.0.0.1:8080");
+        assert_eq!("SGLang=https://gpu:30000".parse::<EngineSpec>().unwrap().kind, EngineKind::Sglang);
+        for bad in ["http://x:1", "tgi=http://x:1", "vllm=x:1", "vllm=http://"] {
+            assert!(bad.parse::<EngineSpec>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn only_failures_another_worker_could_fix_are_retried() {
+        assert!(EngineError::Timeout.is_retryable());
+        assert!(EngineError::Status { status: 503, message: String::new() }.is_retryable());
+        assert!(!EngineError::Status { status: 400, message: String::new() }.is_retryable());
+        assert!(!EngineError::ContextTooLong { len: 9 }.is_retryable());
+        assert!(!EngineError::Status { status: 400, message: String::new() }.counts_against_worker());
+        assert!(EngineError::BadResponse("x".into()).counts_against_worker());
+    }
+}

@@ -1,0 +1,437 @@
+//! A pool of engine workers, keyed by session rather than by text (sgl-model-gateway's ideas
+//! for token escalations).
+//!
+//! - **Sticky**: a session's escalations go to the worker that holds its prefix cache, chosen
+//!   by rendezvous hashing on the session key ([`pick`]); a session moves only while its
+//!   worker is ineligible, and load skew beyond a threshold sends it to its second choice.
+//! - **Health**: every worker's health path is polled; state flips only after several checks
+//!   in a row ([`health`]).
+//! - **Circuit breaker** per worker ([`breaker`]): consecutive failures open it; after a pause
+//!   one trial request decides.
+//! - **Retries**: a failed attempt is retried on another worker, after a jittered pause, only
+//!   while the escalation's deadline allows (a next-token request is idempotent; sampled ones
+//!   carry their seed).
+//! - **Bounded**: at most `max_in_flight` requests per worker; when no worker has room the
+//!   gateway answers `Busy` at once ([`EnginePool::has_room`]).
+//!
+//! The policies are pure functions of `now` and the workers' figures, tested without a server;
+//! this module is the async shell that applies them and records the per-worker metrics.
+
+pub mod breaker;
+pub mod health;
+pub mod pick;
+
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::sampling::SamplingParams;
+use rand::Rng;
+use tokio::task::JoinHandle;
+
+use self::breaker::{BreakerConfig, BreakerState, CircuitBreaker, Transition};
+use self::health::{HealthConfig, HealthTracker};
+use self::pick::{choose, rendezvous_order, Candidate, PickPolicy};
+use super::client::EngineClient;
+use super::{EngineError, EngineReply, EngineSpec, NextTokenRequest};
+use crate::backend::BackendRequest;
+use crate::sessions::SessionKey;
+
+/// Settings of an engine pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolConfig {
+    /// The workers.
+    pub engines: Vec<EngineSpec>,
+    /// Most requests in flight per worker; beyond it on every worker, `Busy`.
+    pub max_in_flight_per_worker: usize,
+    /// Longest single attempt (the escalation's deadline usually cuts it shorter).
+    pub attempt_timeout: Duration,
+    /// Most attempts per escalation (first try included).
+    pub max_attempts: u32,
+    /// Base pause before a retry; the actual pause is uniform in [base/2, base*3/2].
+    pub retry_backoff: Duration,
+    /// Worker choice.
+    pub pick: PickPolicy,
+    /// Circuit breaker thresholds.
+    pub breaker: BreakerConfig,
+    /// Active health checks.
+    pub health: HealthConfig,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            engines: Vec::new(),
+            max_in_flight_per_worker: 64,
+            // The longest deadline a device may ask for: deadlines, not this, bound attempts.
+            attempt_timeout: Duration::from_millis(u64::from(common::protocol::MAX_DEADLINE_MS)),
+            max_attempts: 3,
+            retry_backoff: Duration::from_millis(10),
+            pick: PickPolicy::default(),
+            breaker: BreakerConfig::default(),
+            health: HealthConfig::default(),
+        }
+    }
+}
+
+/// Why the pool did not produce a token.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PoolError {
+    /// Every worker is full, unhealthy or open-circuited.
+    #[error("no engine worker can take the request")]
+    NoWorker,
+    /// The deadline passed before an attempt succeeded.
+    #[error("deadline passed (last error: {0:?})")]
+    DeadlineExpired(Option<EngineError>),
+    /// The last attempt failed and no retry was allowed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// One engine worker and what the pool knows about it.
+pub struct Worker {
+    client: EngineClient,
+    label: String,
+    in_flight: AtomicUsize,
+    state: Mutex<WorkerState>,
+    /// Woken when health checks find the worker down: its requests in flight give up at once
+    /// and retry elsewhere instead of waiting out their time on a worker that hangs.
+    down: tokio::sync::Notify,
+}
+
+struct WorkerState {
+    breaker: CircuitBreaker,
+    health: HealthTracker,
+}
+
+impl Worker {
+    /// Its URL, the `worker` label of its metrics.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// Its client (start-up checks use it directly).
+    pub fn client(&self) -> &EngineClient {
+        &self.client
+    }
+
+    /// Requests in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Whether it is healthy and its breaker would let a request through now (half-open only
+    /// while its trial slot is free).
+    pub fn is_available(&self, now: Instant) -> bool {
+        let st = self.lock();
+        st.health.is_healthy() && st.breaker.allows(now)
+    }
+
+    /// Its breaker's state now.
+    pub fn breaker_state(&self, now: Instant) -> BreakerState {
+        self.lock().breaker.state(now)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, WorkerState> {
+        // A panic while holding this lock cannot leave the policy state half-updated in a way
+        // worse than its last value; keep serving.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn record_transition(&self, t: Option<Transition>) {
+        if let Some(t) = t {
+            tracing::info!(worker = %self.label, from = t.from.as_str(), to = t.to.as_str(), "engine circuit breaker");
+            metrics::counter!("duet_gateway_engine_breaker_transitions_total", "worker" => self.label.clone(), "to" => t.to.as_str()).increment(1);
+            metrics::gauge!("duet_gateway_engine_breaker_state", "worker" => self.label.clone()).set(t.to.as_gauge());
+        }
+    }
+}
+
+/// A counted in-flight request on one worker; releases its slot (and an undecided half-open
+/// trial) when dropped, so a cancelled escalation cannot leak either.
+struct InFlight<'a> {
+    worker: &'a Worker,
+    decided: bool,
+}
+
+impl<'a> InFlight<'a> {
+    fn start(worker: &'a Worker) -> Self {
+        let n = worker.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
+        metrics::gauge!("duet_gateway_engine_in_flight", "worker" => worker.label.clone()).set(n as f64);
+        Self { worker, decided: false }
+    }
+
+    fn succeeded(mut self, now: Instant) {
+        self.decided = true;
+        let t = self.worker.lock().breaker.on_success(now);
+        self.worker.record_transition(t);
+    }
+
+    fn failed(mut self, error: &EngineError, now: Instant) {
+        self.decided = true;
+        let t = {
+            let mut st = self.worker.lock();
+            if error.counts_against_worker() {
+                st.breaker.on_failure(now)
+            } else {
+                // A refusal says nothing about the worker's health either way (a 429 must
+                // not close a half-open breaker).
+                st.breaker.on_cancelled();
+                None
+            }
+        };
+        self.worker.record_transition(t);
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.decided {
+            self.worker.lock().breaker.on_cancelled();
+        }
+        let n = self.worker.in_flight.fetch_sub(1, Ordering::AcqRel).saturating_sub(1);
+        metrics::gauge!("duet_gateway_engine_in_flight", "worker" => self.worker.label.clone()).set(n as f64);
+    }
+}
+
+/// The engine workers behind one gateway.
+pub struct EnginePool {
+    workers: Vec<Arc<Worker>>,
+    config: PoolConfig,
+    round_robin: AtomicU64,
+    /// Smoothed successful request time, ms (announced to devices as the service time).
+    service_ms: AtomicU32,
+    /// Token ids at or above this are not tokens the devices share: an engine answering one
+    /// is broken.
+    vocab_size: usize,
+}
+
+impl EnginePool {
+    /// A pool over `clients` (one per `config.engines` entry, in order), all assumed healthy
+    /// until checked; answers must be ids below `vocab_size`.
+    pub fn new(config: PoolConfig, clients: Vec<EngineClient>, vocab_size: usize) -> Self {
+        let workers = clients
+            .into_iter()
+            .map(|client| {
+                let label = client.url().to_string();
+                metrics::gauge!("duet_gateway_engine_breaker_state", "worker" => label.clone()).set(BreakerState::Closed.as_gauge());
+                Arc::new(Worker {
+                    label,
+                    client,
+                    in_flight: AtomicUsize::new(0),
+                    down: tokio::sync::Notify::new(),
+                    state: Mutex::new(WorkerState { breaker: CircuitBreaker::new(config.breaker), health: HealthTracker::new(config.health, true) }),
+                })
+            })
+            .collect();
+        Self { workers, config, round_robin: AtomicU64::new(0), service_ms: AtomicU32::new(0), vocab_size }
+    }
+
+    /// The workers, in configuration order.
+    pub fn workers(&self) -> &[Arc<Worker>] {
+        &self.workers
+    }
+
+    /// Smoothed engine time per escalation, ms.
+    pub fn service_ms(&self) -> u32 {
+        self.service_ms.load(Ordering::Relaxed)
+    }
+
+    /// Set the service time (the start-up warm-up measures the first one).
+    pub fn set_service_ms(&self, ms: u32) {
+        self.service_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Requests in flight on all workers.
+    pub fn in_flight(&self) -> usize {
+        self.workers.iter().map(|w| w.in_flight()).sum()
+    }
+
+    /// Most requests in flight on all workers together.
+    pub fn capacity(&self) -> usize {
+        self.workers.len() * self.config.max_in_flight_per_worker.max(1)
+    }
+
+    /// Whether some available worker has room for another request: if not, the gateway
+    /// answers `Busy` instead of queueing.
+    pub fn has_room(&self, now: Instant) -> bool {
+        self.workers.iter().any(|w| w.in_flight() < self.config.max_in_flight_per_worker && w.is_available(now))
+    }
+
+    /// Whether any worker is available at all (readiness).
+    pub fn any_available(&self, now: Instant) -> bool {
+        self.workers.iter().any(|w| w.is_available(now))
+    }
+
+    /// The next token for `request`, trying workers as the policies say until one answers or
+    /// `deadline` passes.
+    pub async fn next_token(&self, request: &BackendRequest, deadline: Instant) -> Result<EngineReply, PoolError> {
+        let order = rendezvous_order(&session_hash_key(&request.session), &self.labels());
+        let rr = self.round_robin.fetch_add(1, Ordering::Relaxed);
+        let sampling = request.sampling;
+        let seed = seed_for(&sampling, request.seq);
+        let engine_request = NextTokenRequest { context: &request.context, sampling: &sampling, seed, max_new_tokens: 1, top_logprobs: 0, slot: None };
+        let mut tried: Vec<usize> = Vec::new();
+        let mut last_error: Option<EngineError> = None;
+        for attempt in 0..self.config.max_attempts.max(1) {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(PoolError::DeadlineExpired(last_error));
+            }
+            let candidates: Vec<Candidate> = order
+                .iter()
+                .map(|&index| {
+                    let w = &self.workers[index];
+                    Candidate { index, eligible: w.in_flight() < self.config.max_in_flight_per_worker && w.is_available(now), in_flight: w.in_flight() }
+                })
+                .collect();
+            let Some(index) = choose(&candidates, &self.config.pick, &tried, rr) else {
+                return Err(match last_error {
+                    Some(EngineError::Timeout) if Instant::now() >= deadline => PoolError::DeadlineExpired(last_error),
+                    Some(e) => PoolError::Engine(e),
+                    None => PoolError::NoWorker,
+                });
+            };
+            tried.push(index);
+            let worker = &self.workers[index];
+            let (acquired, half_opened) = {
+                let mut st = worker.lock();
+                let half_opened = st.breaker.poll(now);
+                (st.breaker.try_acquire(now), half_opened)
+            };
+            worker.record_transition(half_opened);
+            if !acquired {
+                continue; // half-open with its trial already out: another worker
+            }
+            let slot = InFlight::start(worker);
+            // While another worker could still answer, an attempt gets half the time left, so
+            // a hung worker leaves room to fail over within the deadline.
+            let remaining = deadline.saturating_duration_since(now);
+            let others = candidates.iter().any(|c| c.eligible && !tried.contains(&c.index));
+            let budget = if others && attempt + 1 < self.config.max_attempts { remaining / 2 } else { remaining };
+            let timeout = budget.min(self.config.attempt_timeout);
+            let started = Instant::now();
+            let down = worker.down.notified();
+            let result = tokio::select! {
+                r = worker.client.next_token(&engine_request, timeout) => r.and_then(|reply| self.check_vocab(reply)),
+                _ = down => Err(EngineError::Transport("worker failed its health checks while the request was in flight".into())),
+            };
+            let seconds = started.elapsed().as_secs_f64();
+            let done = Instant::now();
+            match result {
+                Ok(reply) => {
+                    slot.succeeded(done);
+                    self.record_success(worker, &reply, seconds);
+                    return Ok(reply);
+                }
+                Err(error) => {
+                    slot.failed(&error, done);
+                    metrics::counter!("duet_gateway_engine_requests_total", "worker" => worker.label.clone(), "outcome" => error.label()).increment(1);
+                    tracing::debug!(worker = %worker.label, attempt, %error, "engine attempt failed");
+                    if !error.is_retryable() {
+                        return Err(PoolError::Engine(error));
+                    }
+                    last_error = Some(error);
+                    let pause = jittered(self.config.retry_backoff);
+                    if Instant::now() + pause >= deadline {
+                        return Err(PoolError::DeadlineExpired(last_error));
+                    }
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+        Err(last_error.map_or(PoolError::NoWorker, PoolError::Engine))
+    }
+
+    fn labels(&self) -> Vec<&str> {
+        self.workers.iter().map(|w| w.label.as_str()).collect()
+    }
+
+    fn check_vocab(&self, reply: EngineReply) -> Result<EngineReply, EngineError> {
+        match reply.tokens.iter().find(|t| t.id as usize >= self.vocab_size) {
+            Some(t) => Err(EngineError::TokenOutOfVocabulary { id: t.id, vocab_size: self.vocab_size }),
+            None => Ok(reply),
+        }
+    }
+
+    fn record_success(&self, worker: &Worker, reply: &EngineReply, seconds: f64) {
+        let label = worker.label.clone();
+        metrics::counter!("duet_gateway_engine_requests_total", "worker" => label.clone(), "outcome" => "ok").increment(1);
+        metrics::histogram!("duet_gateway_engine_latency_seconds", "worker" => label.clone()).record(seconds);
+        if let Some(prompt) = reply.prompt_tokens {
+            metrics::counter!("duet_gateway_engine_prompt_tokens_total", "worker" => label.clone()).increment(u64::from(prompt));
+        }
+        if let Some(cached) = reply.cached_tokens {
+            metrics::counter!("duet_gateway_engine_cached_tokens_total", "worker" => label).increment(u64::from(cached));
+        }
+        let ms = seconds * 1e3;
+        let prev = f64::from(self.service_ms.load(Ordering::Relaxed));
+        let ewma = if prev == 0.0 { ms } else { 0.8 * prev + 0.2 * ms };
+        self.service_ms.store(ewma.round().max(1.0) as u32, Ordering::Relaxed);
+    }
+
+    /// Poll every worker's health path every `health.interval` until the pool is dropped.
+    pub fn spawn_health_checks(self: &Arc<Self>) -> JoinHandle<()> {
+        let pool = Arc::downgrade(self);
+        let interval = self.config.health.interval.max(Duration::from_millis(50));
+        let timeout = self.config.health.timeout;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(pool) = pool.upgrade() else { return };
+                let checks = pool.workers.iter().map(|w| {
+                    let w = w.clone();
+                    async move {
+                        // Report a breaker whose pause is over (Open -> HalfOpen) even if no
+                        // request comes to take the step.
+                        let half_opened = w.lock().breaker.poll(Instant::now());
+                        w.record_transition(half_opened);
+                        let ok = w.client.is_healthy(timeout).await;
+                        if let Some(healthy) = w.lock().health.record(ok) {
+                            tracing::warn!(worker = %w.label, healthy, "engine health changed");
+                            metrics::gauge!("duet_gateway_engine_healthy", "worker" => w.label.clone()).set(if healthy { 1.0 } else { 0.0 });
+                            if !healthy {
+                                w.down.notify_waiters();
+                            }
+                        }
+                    }
+                });
+                futures_join_all(checks).await;
+            }
+        })
+    }
+}
+
+/// Run futures concurrently and wait for all (a few workers: no need for a crate).
+async fn futures_join_all<F: std::future::Future<Output = ()> + Send + 'static>(futures: impl Iterator<Item = F>) {
+    let handles: Vec<JoinHandle<()>> = futures.map(tokio::spawn).collect();
+    for h in handles {
+        let _ = h.await;
+    }
+}
+
+/// The bytes a session is hashed by: device id and session id.
+fn session_hash_key(session: &SessionKey) -> Vec<u8> {
+    let mut key = Vec::with_capacity(session.device.len() + 9);
+    key.extend_from_slice(session.device.as_bytes());
+    key.push(0);
+    key.extend_from_slice(&session.session_id.to_le_bytes());
+    key
+}
+
+/// The seed an engine samples with: the escalation's seed mixed with its `seq`, so repeated
+/// escalations of a session draw differently and a retry draws the same.
+fn seed_for(sampling: &SamplingParams, seq: u32) -> Option<u64> {
+    if sampling.is_greedy() {
+        return None;
+    }
+    Some(sampling.seed.unwrap_or(0) ^ (u64::from(seq)).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+/// A pause uniform in [base/2, base*3/2], so retries from many escalations do not align.
+fn jittered(base: Duration) -> Duration {
+    let base = base.as_secs_f64();
+    Duration::from_secs_f64(rand::rng().random_range(base * 0.5..=base * 1.5))
+}

@@ -1,0 +1,273 @@
+//! The gateway in front of a real external engine: llama.cpp's `llama-server` (built from
+//! source by `deploy/engines/llamacpp/build`) serving the same 1.5B LLM, over real QUIC.
+//!
+//! What the engine answers is checked against the engine itself, asked directly for the same
+//! token ids: the gateway must add nothing and lose nothing, even while workers crash, hang or
+//! answer garbage.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cloud_gateway::dispatch::Dispatcher;
+use cloud_gateway::engine::connect::{connect, expected_vocabulary, tokenizer_path};
+use cloud_gateway::engine::pool::breaker::{BreakerConfig, BreakerState};
+use cloud_gateway::engine::pool::health::HealthConfig;
+use cloud_gateway::engine::pool::PoolConfig;
+use cloud_gateway::engine::EngineSpec;
+use cloud_gateway::Gateway;
+use common::protocol::{ContextTracker, ErrorCode, Frame, WireSampling};
+use edge_node::link::Link;
+use support::engines::{Fault, FaultProxy, LlamaServer};
+use support::*;
+
+const PROMPT: &str = "What is the capital of France? Answer in one sentence.";
+
+/// Pool settings for tests: quick health checks and a breaker that reacts within a test.
+fn pool_config(engines: Vec<EngineSpec>) -> PoolConfig {
+    PoolConfig {
+        engines,
+        breaker: BreakerConfig { failure_threshold: 2, open_for: Duration::from_millis(500), ..BreakerConfig::default() },
+        // Generous timeout: on 2 shared cores a busy engine's /health can take a while.
+        health: HealthConfig { interval: Duration::from_millis(250), timeout: Duration::from_secs(1), ..HealthConfig::default() },
+        ..PoolConfig::default()
+    }
+}
+
+/// A gateway in this process over `engines`, checked against the LLM's tokenizer.
+async fn gateway_over(dir: &std::path::Path, pool: PoolConfig) -> Gateway {
+    let expected = expected_vocabulary(&tokenizer_path(LLM)).unwrap();
+    let (pool, facts) = connect(pool, &expected, Duration::from_secs(60)).await.unwrap();
+    Gateway::start_with_engines(test_config(dir), pool, facts).await.unwrap()
+}
+
+fn breaker_states(gw: &Gateway) -> Vec<BreakerState> {
+    let Dispatcher::Engines(pool) = &gw.shared.queue else { panic!("not an engine gateway") };
+    pool.workers().iter().map(|w| w.breaker_state(Instant::now())).collect()
+}
+
+fn generate(addr: String, ca: String, tau: &str, n: &str) -> serde_json::Value {
+    edge_json(&[
+        "generate", "--chat", "--prompt", PROMPT, "--max-new-tokens", n, "--json", "--gateway", &addr, "--ca-cert", &ca, "--tau", tau,
+        "--deadline-min-ms", "60000", "--deadline-max-ms", "60000",
+    ])
+    .0
+}
+
+fn ids(v: &serde_json::Value, key: &str) -> Vec<u32> {
+    v[key].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_llama_server_every_token_escalated_equals_the_engines_own_greedy_completion() {
+    let engine = LlamaServer::start(2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_over(dir.path(), pool_config(vec![engine.spec()])).await;
+    let addr = gw.local_addr().unwrap().to_string();
+    let ca = dir.path().join("cert.pem").to_str().unwrap().to_string();
+    let routed = tokio::task::spawn_blocking(move || generate(addr, ca, "1", "16")).await.unwrap();
+    assert_eq!(routed["escalated"], routed["tokens"], "{routed}");
+    assert_eq!(routed["cloud_tokens"], routed["tokens"], "no fallback expected: {routed}");
+    let generated = ids(&routed, "token_ids");
+    let direct = engine.greedy(&ids(&routed, "prompt_token_ids"), generated.len() as u32).await;
+    assert_eq!(generated, direct, "through the gateway: {}", routed["text"]);
+    assert!(routed["text"].as_str().unwrap().contains("Paris"), "{}", routed["text"]);
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_llama_server_no_token_escalated_equals_the_slms_own_output() {
+    let engine = LlamaServer::start(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_over(dir.path(), pool_config(vec![engine.spec()])).await;
+    let addr = gw.local_addr().unwrap().to_string();
+    let ca = dir.path().join("cert.pem").to_str().unwrap().to_string();
+    let routed = tokio::task::spawn_blocking(move || generate(addr, ca, "0", "16")).await.unwrap();
+    let local = tokio::task::spawn_blocking(|| edge_json(&["generate", "--chat", "--prompt", PROMPT, "--max-new-tokens", "16", "--json"]).0).await.unwrap();
+    assert_eq!(routed["escalated"], 0);
+    assert_eq!(ids(&routed, "token_ids"), ids(&local, "token_ids"));
+    gw.shutdown().await;
+}
+
+/// One escalation log: (session, context sent, token answered).
+type Answered = Vec<(u64, Vec<u32>, u32)>;
+
+/// Sessions with the ids in `sessions` on one link, `steps` escalations each with a few local tokens between
+/// them; every reply must be a token for its own seq. `between` runs after each session's step
+/// `at` (e.g. to kill a worker).
+async fn run_sessions(link: Arc<Link>, sessions: std::ops::Range<u64>, steps: usize, deadline: Duration) -> Answered {
+    let mut tasks = Vec::new();
+    for s in sessions {
+        let link = link.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tracker = ContextTracker::new();
+            // Short real-looking contexts: a chat header and a few distinct tokens.
+            let mut context: Vec<u32> = vec![151644, 872, 198, 3838 + s as u32, 374, 220, 16 + s as u32, 10, 220, 17, 30, 151645, 198, 151644, 77091, 198];
+            let mut log = Vec::new();
+            for step in 0..steps {
+                for j in 0..(step % 3) {
+                    context.push(1000 + (s as u32) * 7 + j as u32);
+                }
+                let sync = tracker.sync_for(&context);
+                let frame = Frame::Escalate { session_id: s, seq: sync.seq, context: sync.context, sampling: WireSampling::default(), deadline_ms: deadline.as_millis() as u32 };
+                let (reply, _) = link.request(&frame, Instant::now() + deadline + Duration::from_secs(5)).await.expect("reply");
+                match reply {
+                    Frame::Token { session_id, seq, token_id, .. } => {
+                        assert_eq!((session_id, seq), (s, sync.seq), "reply for another escalation");
+                        tracker.acknowledge(seq);
+                        log.push((s, context.clone(), token_id));
+                        context.push(token_id);
+                    }
+                    other => panic!("session {s} step {step}: unexpected reply {other:?}"),
+                }
+            }
+            log
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all
+}
+
+/// Every answer is the engine's greedy token for exactly that context. llama.cpp's int4 kernels
+/// give slightly different logits for the same context evaluated in different batch shapes
+/// (delta on a cached prefix in a batch with other slots, vs. whole prompt alone), so a
+/// near-tie may flip: tolerated within 0.3 nat when the answer is among the engine's top 3, and
+/// counted. A token from another session's context would not be a near-tie.
+async fn check_answers(engine: &LlamaServer, answered: &Answered) {
+    let mut near_ties = 0;
+    for (session, context, token) in answered {
+        let top = engine.top(context, 3).await;
+        if top[0].0 != *token {
+            let mine = top.iter().find(|(id, _)| id == token).unwrap_or_else(|| panic!("session {session}: token {token} not in the engine's top 3 {top:?}"));
+            assert!(top[0].1 - mine.1 < 0.3, "session {session}: token {token} vs the engine's {top:?}");
+            near_ties += 1;
+        }
+    }
+    assert!(near_ties * 5 <= answered.len(), "{near_ties} near-ties of {}", answered.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_sessions_through_an_engine_get_their_own_tokens_in_order() {
+    let engine = LlamaServer::start(4).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_over(dir.path(), pool_config(vec![engine.spec()])).await;
+    let link = Arc::new(raw_link(gw.local_addr().unwrap(), &dir.path().join("cert.pem"), "device-a", ""));
+    assert!(link.wait_up(Duration::from_secs(10)).await.is_some());
+    let answered = run_sessions(link, 0..6, 6, Duration::from_secs(30)).await;
+    assert_eq!(answered.len(), 36);
+    check_answers(&engine, &answered).await;
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_worker_moves_its_sessions_to_the_other_and_its_breaker_recovers_after_restart() {
+    let mut a = LlamaServer::start(2).await;
+    let b = LlamaServer::start(2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_over(dir.path(), pool_config(vec![a.spec(), b.spec()])).await;
+    let link = Arc::new(raw_link(gw.local_addr().unwrap(), &dir.path().join("cert.pem"), "device-a", ""));
+    assert!(link.wait_up(Duration::from_secs(10)).await.is_some());
+    let run = tokio::spawn(run_sessions(link.clone(), 0..6, 8, Duration::from_secs(30)));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    a.kill();
+    let answered = run.await.unwrap();
+    assert_eq!(answered.len(), 48, "every escalation answered, none lost");
+    check_answers(&b, &answered).await;
+    // The dead worker is out: its breaker opened (or health took it out first).
+    let mut next = 100;
+    a.restart().await;
+    let t = Instant::now();
+    loop {
+        let _ = run_sessions(link.clone(), next..next + 4, 1, Duration::from_secs(30)).await;
+        next += 4;
+        if breaker_states(&gw)[0] == BreakerState::Closed {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "worker A never came back: {:?}", breaker_states(&gw));
+    }
+    let metrics = reqwest::get(format!("http://{}/metrics", gw.http_addr.unwrap())).await.unwrap().text().await.unwrap();
+    let url_a = a.url();
+    let line = |prefix: &str, has: &str| metrics.lines().any(|l| l.starts_with(prefix) && l.contains(&url_a) && l.contains(has));
+    assert!(line("duet_gateway_engine_requests_total", "outcome=\"transport\""), "{metrics}");
+    for to in ["open", "half_open", "closed"] {
+        assert!(line("duet_gateway_engine_breaker_transitions_total", &format!("to=\"{to}\"")), "no transition to {to}: {metrics}");
+    }
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_worker_is_failed_over_within_the_deadline() {
+    let a = LlamaServer::start(2).await;
+    let b = LlamaServer::start(2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_over(dir.path(), pool_config(vec![a.spec(), b.spec()])).await;
+    let link = Arc::new(raw_link(gw.local_addr().unwrap(), &dir.path().join("cert.pem"), "device-a", ""));
+    assert!(link.wait_up(Duration::from_secs(10)).await.is_some());
+    a.signal("STOP");
+    let started = Instant::now();
+    let answered = run_sessions(link, 0..6, 2, Duration::from_secs(20)).await;
+    assert_eq!(answered.len(), 12, "every escalation answered within its deadline");
+    assert!(started.elapsed() < Duration::from_secs(60));
+    check_answers(&b, &answered).await;
+    a.signal("CONT");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_answering_500s_garbage_or_foreign_tokens_gets_typed_errors_and_the_gateway_keeps_serving() {
+    let engine = LlamaServer::start(2).await;
+    let proxy = FaultProxy::start(engine.url()).await;
+    let dir = tempfile::tempdir().unwrap();
+    // A breaker that stays closed, so that each fault reaches the engine (breaking is tested
+    // with two workers).
+    let mut pool = pool_config(vec![proxy.spec()]);
+    pool.breaker.failure_threshold = 100;
+    let gw = gateway_over(dir.path(), pool).await;
+    let link = raw_link(gw.local_addr().unwrap(), &dir.path().join("cert.pem"), "device-a", "");
+    assert!(link.wait_up(Duration::from_secs(10)).await.is_some());
+    let context = vec![151644, 872, 198, 3838, 374, 220, 16, 10, 220, 17, 30, 151645, 198, 151644, 77091, 198];
+    for (i, fault) in [Fault::Http500, Fault::Garbage, Fault::BadToken].into_iter().enumerate() {
+        proxy.set(fault);
+        let session_id = i as u64;
+        let frame = Frame::Escalate { session_id, seq: 1, context: common::protocol::ContextSync::Full { tokens: context.clone().into() }, sampling: WireSampling::default(), deadline_ms: 3000 };
+        let (reply, _) = link.request(&frame, Instant::now() + Duration::from_secs(10)).await.expect("a reply, not silence");
+        match reply {
+            Frame::Error { code, message, .. } => {
+                assert!(matches!(code, ErrorCode::BackendFailed | ErrorCode::DeadlineExpired), "{fault:?}: {code:?} {message}");
+            }
+            other => panic!("{fault:?}: expected a typed error, got {other:?}"),
+        }
+    }
+    // The same gateway serves again as soon as the worker does.
+    proxy.set(Fault::None);
+    tokio::time::sleep(Duration::from_millis(800)).await; // the breaker's pause
+    let t = Instant::now();
+    let token = loop {
+        let frame = Frame::Escalate { session_id: 9, seq: 1, context: common::protocol::ContextSync::Full { tokens: context.clone().into() }, sampling: WireSampling::default(), deadline_ms: 20_000 };
+        match link.request(&frame, Instant::now() + Duration::from_secs(30)).await.expect("reply").0 {
+            Frame::Token { token_id, .. } => break token_id,
+            other => assert!(t.elapsed() < Duration::from_secs(20), "still failing: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_eq!(token, engine.greedy(&context, 1).await[0]);
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_with_another_vocabulary_is_refused_at_start_up_by_name() {
+    let engine = LlamaServer::start(1).await;
+    // Devices whose tokenizer differs from the engine's (one probe id and the fingerprint).
+    let mut expected = expected_vocabulary(&tokenizer_path(LLM)).unwrap();
+    expected.probe_ids[3] += 1;
+    expected.fingerprint = "0123456789abcdef".into();
+    let err = match connect(pool_config(vec![engine.spec()]), &expected, Duration::from_secs(30)).await {
+        Ok(_) => panic!("a mismatched engine was accepted"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(err.contains(&engine.url()) && err.contains("tokenizes differently") && err.contains("0123456789ab"), "{err}");
+}
