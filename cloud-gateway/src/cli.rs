@@ -246,4 +246,26 @@ mod tests {
         assert_eq!(c.max_connections, 2);
         assert!(GatewayArgs::parse_from(["cloud-gateway", "--queue-capacity=0"]).gateway_config().is_err());
     }
+
+    #[test]
+    fn engine_flags_map_onto_the_pool_and_a_bad_engine_is_refused_by_name() {
+        let args = GatewayArgs::parse_from([
+            "cloud-gateway",
+            "--engine=llamacpp=http://a:1",
+            "--engine",
+            "sglang=http://b:2/,vllm=https://c:3",
+            "--engine-routing=round-robin",
+            "--engine-max-in-flight=3",
+            "--engine-breaker-failures=7",
+            "--engine-breaker-open-ms=900",
+        ]);
+        let p = args.pool_config();
+        let urls: Vec<String> = p.engines.iter().map(|e| e.to_string()).collect();
+        assert_eq!(urls, ["llamacpp=http://a:1", "sglang=http://b:2", "vllm=https://c:3"]);
+        assert_eq!((p.pick.routing, p.max_in_flight_per_worker), (Routing::RoundRobin, 3));
+        assert_eq!((p.breaker.failure_threshold, p.breaker.open_for), (7, Duration::from_millis(900)));
+        assert!(GatewayArgs::parse_from(["cloud-gateway"]).pool_config().engines.is_empty(), "no engine: the embedded LLM");
+        let err = GatewayArgs::try_parse_from(["cloud-gateway", "--engine=tgi=http://x:1"]).unwrap_err().to_string();
+        assert!(err.contains("unknown engine `tgi`"), "{err}");
+    }
 }

@@ -259,6 +259,37 @@ async fn a_worker_answering_500s_garbage_or_foreign_tokens_gets_typed_errors_and
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beyond_its_in_flight_bound_every_worker_full_means_busy_at_once_and_the_bound_frees_again() {
+    let engine = LlamaServer::start(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut pool = pool_config(vec![engine.spec()]);
+    pool.max_in_flight_per_worker = 1;
+    let gw = gateway_over(dir.path(), pool).await;
+    let link = Arc::new(raw_link(gw.local_addr().unwrap(), &dir.path().join("cert.pem"), "device-a", ""));
+    assert!(link.wait_up(Duration::from_secs(10)).await.is_some());
+    let escalate = |session_id: u64| {
+        let link = link.clone();
+        let context: Vec<u32> = (0..200).map(|i| 1000 + i * 7 + session_id as u32).collect();
+        tokio::spawn(async move {
+            let frame = Frame::Escalate { session_id, seq: 1, context: common::protocol::ContextSync::Full { tokens: context.into() }, sampling: WireSampling::default(), deadline_ms: 30_000 };
+            let started = Instant::now();
+            let reply = link.request(&frame, Instant::now() + Duration::from_secs(40)).await.expect("reply").0;
+            (reply, started.elapsed())
+        })
+    };
+    let first = escalate(0);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (second, waited) = escalate(1).await.unwrap();
+    assert!(matches!(second, Frame::Busy { .. }), "{second:?}");
+    assert!(waited < Duration::from_secs(1), "Busy comes at once, not after a wait: {waited:?}");
+    assert!(matches!(first.await.unwrap().0, Frame::Token { .. }));
+    let Dispatcher::Engines(pool) = &gw.shared.queue else { unreachable!() };
+    assert_eq!(pool.in_flight(), 0);
+    assert!(matches!(escalate(2).await.unwrap().0, Frame::Token { .. }), "the slot is free again");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_engine_with_another_vocabulary_is_refused_at_start_up_by_name() {
     let engine = LlamaServer::start(1).await;
     // Devices whose tokenizer differs from the engine's (one probe id and the fingerprint).
