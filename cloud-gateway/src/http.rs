@@ -8,17 +8,22 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
 use axum::{extract::State, http::StatusCode, routing::get, Router};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::state::Shared;
 
 static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
+/// Bucket bounds of every `*_seconds` histogram, 0.5 ms to 30 s (the longest deadline): real
+/// histograms rather than client-side quantiles, so an operator can aggregate them across
+/// replicas and workers.
+const LATENCY_BUCKETS: &[f64] = &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
 /// Install the process-wide Prometheus recorder (once; later calls reuse it): the `metrics`
 /// macros all over the gateway record into it. `None` if another recorder was installed.
 pub fn prometheus() -> Option<&'static PrometheusHandle> {
     PROMETHEUS
-        .get_or_init(|| match PrometheusBuilder::new().install_recorder() {
+        .get_or_init(|| match PrometheusBuilder::new().set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS).and_then(|b| b.install_recorder()) {
             Ok(h) => Some(h),
             Err(e) => {
                 tracing::warn!("metrics recorder not installed: {e}");

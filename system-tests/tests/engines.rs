@@ -193,6 +193,7 @@ async fn a_killed_worker_moves_its_sessions_to_the_other_and_its_breaker_recover
     let url_a = a.url();
     let line = |prefix: &str, has: &str| metrics.lines().any(|l| l.starts_with(prefix) && l.contains(&url_a) && l.contains(has));
     assert!(line("duet_gateway_engine_requests_total", "outcome=\"transport\""), "{metrics}");
+    assert!(line("duet_gateway_engine_latency_seconds_bucket", "le=\"0.5\""), "latency is a histogram: {metrics}");
     for to in ["open", "half_open", "closed"] {
         assert!(line("duet_gateway_engine_breaker_transitions_total", &format!("to=\"{to}\"")), "no transition to {to}: {metrics}");
     }
