@@ -182,6 +182,58 @@ mod tests {
         }
     }
 
+    /// JSON values built from the fields this dialect reads, nested at random.
+    fn jsonish() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u32>().prop_map(Value::from),
+            any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+            "[a-z_]{0,8}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            let key = prop_oneof![
+                Just("tokens"),
+                Just("completion_probabilities"),
+                Just("id"),
+                Just("logprob"),
+                Just("tokens_evaluated"),
+                Just("timings"),
+                Just("cache_n"),
+                Just("prompt_n"),
+                Just("data"),
+                Just("meta"),
+                Just("n_vocab"),
+                Just("n_ctx"),
+            ];
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::vec((key, inner), 0..6).prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parsing_never_panics_on_bytes(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+            let _ = LlamaCppDialect.parse_next_token(&bytes);
+            let _ = LlamaCppDialect.parse_model_info(&bytes);
+            let _ = LlamaCppDialect.parse_tokenize(&bytes);
+        }
+
+        #[test]
+        fn parsing_never_panics_on_json_and_never_returns_no_token(v in jsonish()) {
+            let bytes = serde_json::to_vec(&v).unwrap();
+            if let Ok(reply) = LlamaCppDialect.parse_next_token(&bytes) {
+                proptest::prop_assert!(!reply.tokens.is_empty());
+            }
+            let _ = LlamaCppDialect.parse_model_info(&bytes);
+            let _ = LlamaCppDialect.parse_tokenize(&bytes);
+        }
+    }
+
     #[test]
     fn model_info_and_tokenize_read_the_documented_bodies() {
         let models = r#"{"models":[{"name":"q","model":"q"}],"object":"list","data":[{"id":"qwen2.5-coder-1.5b-instruct.gguf","object":"model","created":1,"owned_by":"llamacpp",
