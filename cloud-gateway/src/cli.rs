@@ -126,12 +126,49 @@ pub struct GatewayArgs {
     /// Interval between health checks of each worker, ms.
     #[arg(long, env = "DUET_ENGINE_HEALTH_INTERVAL_MS", default_value_t = pool().health.interval.as_millis() as u64)]
     pub engine_health_interval_ms: u64,
+    /// TOML file of settings: keys are these flags' long names (`engine` takes an array);
+    /// unknown keys are refused by name. Flags and DUET_* variables override it.
+    #[arg(long, env = "DUET_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Check the settings (flags, environment, --config) and print them, then exit without
+    /// loading a model or contacting an engine.
+    #[arg(long)]
+    pub check: bool,
     /// Log filter (tracing EnvFilter syntax).
     #[arg(long, env = "DUET_LOG", default_value = "info")]
     pub log: String,
 }
 
 impl GatewayArgs {
+    /// Parse the process's arguments, applying `--config FILE` (or `DUET_CONFIG`) under them.
+    pub fn from_env() -> anyhow::Result<Self> {
+        Self::from_argv(std::env::args_os().collect())
+    }
+
+    /// Parse `argv` (program name first), applying its `--config FILE` under it.
+    pub fn from_argv(argv: Vec<std::ffi::OsString>) -> anyhow::Result<Self> {
+        use clap::CommandFactory;
+        Ok(match common::config_file::find(&argv) {
+            Some(file) => Self::parse_from(common::config_file::strip(common::config_file::expand(&Self::command(), argv, &file)?)),
+            None => Self::parse_from(argv),
+        })
+    }
+
+    /// What `--check` prints: the settings the gateway would run with, one per line.
+    pub fn check_report(&self) -> anyhow::Result<String> {
+        let config = self.gateway_config()?;
+        let pool = self.pool_config();
+        let mut out = format!("{config:#?}\n");
+        if pool.engines.is_empty() {
+            out.push_str(&format!("{:#?}\n", self.embedded_options()));
+        } else {
+            let tokenizer = self.engine_tokenizer();
+            anyhow::ensure!(tokenizer.exists(), "the devices' tokenizer {} does not exist (--engine-tokenizer)", tokenizer.display());
+            out.push_str(&format!("{pool:#?}\ndevices' tokenizer: {}\n", tokenizer.display()));
+        }
+        Ok(out)
+    }
+
     /// The gateway configuration these flags describe, validated (so that a bad flag fails
     /// before the model loads).
     pub fn gateway_config(&self) -> anyhow::Result<GatewayConfig> {
@@ -245,6 +282,22 @@ mod tests {
         assert_eq!(c.batcher, BatcherConfig { max_batch: 4, max_wait: Duration::from_millis(7), queue_capacity: 9 });
         assert_eq!(c.max_connections, 2);
         assert!(GatewayArgs::parse_from(["cloud-gateway", "--queue-capacity=0"]).gateway_config().is_err());
+    }
+
+    #[test]
+    fn a_config_file_sets_any_flag_and_the_command_line_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("gateway.toml");
+        std::fs::write(&f, "engine = [\"llamacpp=http://a:1\", \"llamacpp=http://b:1\"]\nmax-batch = 4\nhttp-listen = \"off\"\nengine-routing = \"round-robin\"\n").unwrap();
+        let argv = |extra: &[&str]| -> Vec<std::ffi::OsString> { ["cloud-gateway", "--config", f.to_str().unwrap()].iter().chain(extra).map(Into::into).collect() };
+        let args = GatewayArgs::from_argv(argv(&["--max-batch=2"])).unwrap();
+        assert_eq!(args.pool_config().engines.len(), 2);
+        assert_eq!(args.pool_config().pick.routing, Routing::RoundRobin);
+        let c = args.gateway_config().unwrap();
+        assert_eq!((c.batcher.max_batch, c.http_listen), (2, None));
+        std::fs::write(&f, "max_batch = 4\n").unwrap();
+        let err = GatewayArgs::from_argv(argv(&[])).unwrap_err().to_string();
+        assert!(err.contains("unknown key `max_batch`") && err.contains("max-batch"), "{err}");
     }
 
     #[test]

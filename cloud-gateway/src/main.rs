@@ -2,14 +2,17 @@
 
 use std::time::Duration;
 
-use clap::Parser;
 use cloud_gateway::cli::GatewayArgs;
 use cloud_gateway::engine::connect::{connect, expected_vocabulary};
 use cloud_gateway::Gateway;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = GatewayArgs::parse();
+    let args = GatewayArgs::from_env()?;
+    if args.check {
+        print!("{}", args.check_report()?);
+        return Ok(());
+    }
     common::telemetry::init_logging(&args.log)?;
     let config = args.gateway_config()?;
     let gateway = if args.engines.is_empty() {

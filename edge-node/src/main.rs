@@ -3,7 +3,6 @@
 //! (The offline router pipeline is the `router-lab` binary.)
 
 mod bench_cmd;
-mod config_file;
 mod generate_cmd;
 mod proc_stats;
 mod serve;
@@ -38,8 +37,8 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let cli = match config_file::find(&argv) {
-        Some(file) => Cli::parse_from(config_file::strip(config_file::expand(&<Cli as clap::CommandFactory>::command(), argv, &file)?)),
+    let cli = match common::config_file::find(&argv) {
+        Some(file) => Cli::parse_from(common::config_file::strip(common::config_file::expand(&<Cli as clap::CommandFactory>::command(), argv, &file)?)),
         None => Cli::parse_from(argv),
     };
     common::telemetry::init_logging(&cli.log)?;

@@ -303,3 +303,18 @@ async fn an_engine_with_another_vocabulary_is_refused_at_start_up_by_name() {
     };
     assert!(err.contains(&engine.url()) && err.contains("tokenizes differently") && err.contains("0123456789ab"), "{err}");
 }
+
+#[test]
+fn the_example_gateway_config_is_accepted_and_a_typo_is_refused_by_name() {
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/gateway/gateway.toml");
+    let out = std::process::Command::new(gateway_exe()).args(["--config", example.to_str().unwrap(), "--check"]).env("RUST_BACKTRACE", "0").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("llamacpp=http://127.0.0.1:8081") || text.contains("http://127.0.0.1:8081"), "{text}");
+    let dir = tempfile::tempdir().unwrap();
+    let typo = dir.path().join("gateway.toml");
+    std::fs::write(&typo, "max-bacth = 4\n").unwrap();
+    let out = std::process::Command::new(gateway_exe()).args(["--config", typo.to_str().unwrap(), "--check"]).env("RUST_BACKTRACE", "0").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("unknown key `max-bacth`"), "{err}");
+}
