@@ -17,7 +17,7 @@
 
 use serde_json::{json, Value};
 
-use super::{parse_json, token_id, Dialect, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest};
+use super::{first_listed_model, parse_json, token_id, Dialect, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest};
 
 /// The `llama-server` dialect.
 #[derive(Debug, Clone, Copy, Default)]
@@ -97,8 +97,8 @@ impl Dialect for LlamaCppDialect {
 
     fn parse_model_info(&self, body: &[u8]) -> Result<EngineModel, EngineError> {
         let v = parse_json(body)?;
-        let model = v.get("data").and_then(Value::as_array).and_then(|d| d.first()).ok_or_else(|| missing("data[0]"))?;
-        let id = model.get("id").and_then(Value::as_str).ok_or_else(|| missing("data[0].id"))?.to_string();
+        let (model, id) = first_listed_model(&v, "llama-server")?;
+        let id = id.to_string();
         let meta = model.get("meta");
         let size = |k: &str| meta.and_then(|m| m.get(k)).and_then(Value::as_u64).and_then(|n| usize::try_from(n).ok());
         Ok(EngineModel { id, vocab_size: size("n_vocab"), max_context: size("n_ctx") })
@@ -182,38 +182,8 @@ mod tests {
         }
     }
 
-    /// JSON values built from the fields this dialect reads, nested at random.
-    fn jsonish() -> impl proptest::strategy::Strategy<Value = Value> {
-        use proptest::prelude::*;
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::from),
-            any::<i64>().prop_map(Value::from),
-            any::<u32>().prop_map(Value::from),
-            any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
-            "[a-z_]{0,8}".prop_map(Value::from),
-        ];
-        leaf.prop_recursive(4, 48, 6, |inner| {
-            let key = prop_oneof![
-                Just("tokens"),
-                Just("completion_probabilities"),
-                Just("id"),
-                Just("logprob"),
-                Just("tokens_evaluated"),
-                Just("timings"),
-                Just("cache_n"),
-                Just("prompt_n"),
-                Just("data"),
-                Just("meta"),
-                Just("n_vocab"),
-                Just("n_ctx"),
-            ];
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-                prop::collection::vec((key, inner), 0..6).prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect())),
-            ]
-        })
-    }
+    /// The fields this dialect reads, for [`crate::engine::testing::jsonish`].
+    const FIELDS: &[&str] = &["tokens", "completion_probabilities", "id", "logprob", "tokens_evaluated", "timings", "cache_n", "prompt_n", "data", "meta", "n_vocab", "n_ctx"];
 
     proptest::proptest! {
         #[test]
@@ -224,7 +194,7 @@ mod tests {
         }
 
         #[test]
-        fn parsing_never_panics_on_json_and_never_returns_no_token(v in jsonish()) {
+        fn parsing_never_panics_on_json_and_never_returns_no_token(v in crate::engine::testing::jsonish(FIELDS)) {
             let bytes = serde_json::to_vec(&v).unwrap();
             if let Ok(reply) = LlamaCppDialect.parse_next_token(&bytes) {
                 proptest::prop_assert!(!reply.tokens.is_empty());

@@ -18,6 +18,8 @@ pub mod connect;
 pub mod llamacpp;
 pub mod pool;
 pub mod sglang;
+#[cfg(test)]
+mod testing;
 pub mod verify;
 pub mod vllm;
 
@@ -264,6 +266,15 @@ pub(crate) fn parse_json(body: &[u8]) -> Result<serde_json::Value, EngineError> 
         let head = String::from_utf8_lossy(&body[..body.len().min(80)]).into_owned();
         EngineError::BadResponse(format!("not JSON ({e}): {head:?}"))
     })
+}
+
+/// The first model of an OpenAI-style `GET /v1/models` list (`data[0]`) and its `id`, as
+/// llama-server and vLLM answer it.
+pub(crate) fn first_listed_model<'a>(v: &'a serde_json::Value, engine: &str) -> Result<(&'a serde_json::Value, &'a str), EngineError> {
+    let missing = |field: &str| EngineError::BadResponse(format!("{engine} model list lacks `{field}`"));
+    let model = v.get("data").and_then(serde_json::Value::as_array).and_then(|d| d.first()).ok_or_else(|| missing("data[0]"))?;
+    let id = model.get("id").and_then(serde_json::Value::as_str).ok_or_else(|| missing("data[0].id"))?;
+    Ok((model, id))
 }
 
 /// A JSON number as a token id, refusing negatives, fractions and ids beyond u32.

@@ -442,36 +442,8 @@ mod tests {
         }
     }
 
-    /// JSON-ish values around the answer's shape: objects with the keys the parser reads.
-    fn jsonish() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::from),
-            any::<i64>().prop_map(Value::from),
-            any::<u32>().prop_map(Value::from),
-            any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
-            "[a-z_]{0,8}".prop_map(Value::from),
-        ];
-        leaf.prop_recursive(4, 48, 6, |inner| {
-            let key = prop_oneof![
-                Just("output_ids".to_string()),
-                Just("meta_info".to_string()),
-                Just("output_token_logprobs".to_string()),
-                Just("completion_tokens".to_string()),
-                Just("prompt_tokens".to_string()),
-                Just("cached_tokens".to_string()),
-                Just("finish_reason".to_string()),
-                Just("type".to_string()),
-                Just("message".to_string()),
-                Just("error".to_string()),
-                "[a-z]{1,4}",
-            ];
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-                prop::collection::btree_map(key, inner, 0..6).prop_map(|m| Value::Object(m.into_iter().collect())),
-            ]
-        })
-    }
+    /// The fields this dialect reads, for [`crate::engine::testing::jsonish`].
+    const FIELDS: &[&str] = &["output_ids", "meta_info", "output_token_logprobs", "completion_tokens", "prompt_tokens", "cached_tokens", "finish_reason", "type", "message", "error"];
 
     proptest! {
         #[test]
@@ -482,7 +454,7 @@ mod tests {
         }
 
         #[test]
-        fn parsing_never_panics_on_json(v in jsonish()) {
+        fn parsing_never_panics_on_json(v in crate::engine::testing::jsonish(FIELDS)) {
             let bytes = serde_json::to_vec(&v).unwrap();
             if let Ok(reply) = SglangDialect::new().parse_next_token(&bytes) {
                 prop_assert!(!reply.tokens.is_empty());

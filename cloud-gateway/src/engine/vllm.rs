@@ -36,7 +36,7 @@
 
 use serde_json::{json, Value};
 
-use super::{parse_json, token_id, Dialect, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest};
+use super::{first_listed_model, parse_json, token_id, Dialect, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest};
 
 /// Where vLLM describes its routes; read once to choose a [`VllmApi`].
 pub const OPENAPI_PATH: &str = "/openapi.json";
@@ -186,8 +186,7 @@ impl Dialect for VllmDialect {
 
     fn parse_model_info(&self, body: &[u8]) -> Result<EngineModel, EngineError> {
         let v = parse_json(body)?;
-        let model = v.get("data").and_then(Value::as_array).and_then(|d| d.first()).ok_or_else(|| missing("data[0]"))?;
-        let id = model.get("id").and_then(Value::as_str).ok_or_else(|| missing("data[0].id"))?;
+        let (model, id) = first_listed_model(&v, "vLLM")?;
         let max_context = model.get("max_model_len").and_then(Value::as_u64).and_then(|n| usize::try_from(n).ok());
         Ok(EngineModel { id: id.to_string(), vocab_size: None, max_context })
     }
@@ -570,39 +569,8 @@ mod tests {
         }
     }
 
-    /// JSON-ish values around the answers' shapes: objects with the keys the parsers read.
-    fn jsonish() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::from),
-            any::<i64>().prop_map(Value::from),
-            any::<u32>().prop_map(Value::from),
-            any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
-            "(token_id:[0-9]{0,11}|[a-z ]{0,6})".prop_map(Value::from),
-        ];
-        leaf.prop_recursive(5, 64, 6, |inner| {
-            let key = prop_oneof![
-                Just("choices".to_string()),
-                Just("token_ids".to_string()),
-                Just("logprobs".to_string()),
-                Just("tokens".to_string()),
-                Just("token_logprobs".to_string()),
-                Just("content".to_string()),
-                Just("token".to_string()),
-                Just("logprob".to_string()),
-                Just("usage".to_string()),
-                Just("prompt_tokens".to_string()),
-                Just("prompt_tokens_details".to_string()),
-                Just("cached_tokens".to_string()),
-                Just("error".to_string()),
-                "[a-z]{1,4}",
-            ];
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-                prop::collection::btree_map(key, inner, 0..6).prop_map(|m| Value::Object(m.into_iter().collect())),
-            ]
-        })
-    }
+    /// The fields this dialect reads, for [`crate::engine::testing::jsonish`].
+    const FIELDS: &[&str] = &["choices", "token_ids", "logprobs", "tokens", "token_logprobs", "content", "token", "logprob", "usage", "prompt_tokens", "prompt_tokens_details", "cached_tokens", "error"];
 
     proptest! {
         #[test]
@@ -615,7 +583,7 @@ mod tests {
         }
 
         #[test]
-        fn parsing_never_panics_on_json(v in jsonish()) {
+        fn parsing_never_panics_on_json(v in crate::engine::testing::jsonish(FIELDS)) {
             let bytes = serde_json::to_vec(&v).unwrap();
             for d in [completions(), generate()] {
                 if let Ok(reply) = d.parse_next_token(&bytes) {
