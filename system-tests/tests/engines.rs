@@ -24,6 +24,10 @@ use support::*;
 
 const PROMPT: &str = "What is the capital of France? Answer in one sentence.";
 
+/// The tests of this file run one at a time: each starts llama-server processes that would
+/// otherwise share the two cores with another test's and make its timings meaningless.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Pool settings for tests: quick health checks and a breaker that reacts within a test.
 fn pool_config(engines: Vec<EngineSpec>) -> PoolConfig {
     PoolConfig {
@@ -61,6 +65,7 @@ fn ids(v: &serde_json::Value, key: &str) -> Vec<u32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_llama_server_every_token_escalated_equals_the_engines_own_greedy_completion() {
+    let _serial = SERIAL.lock().await;
     let engine = LlamaServer::start(2).await;
     let dir = tempfile::tempdir().unwrap();
     let gw = gateway_over(dir.path(), pool_config(vec![engine.spec()])).await;
@@ -78,6 +83,7 @@ async fn with_llama_server_every_token_escalated_equals_the_engines_own_greedy_c
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_llama_server_no_token_escalated_equals_the_slms_own_output() {
+    let _serial = SERIAL.lock().await;
     let engine = LlamaServer::start(1).await;
     let dir = tempfile::tempdir().unwrap();
     let gw = gateway_over(dir.path(), pool_config(vec![engine.spec()])).await;
@@ -152,6 +158,7 @@ async fn check_answers(engine: &LlamaServer, answered: &Answered) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_sessions_through_an_engine_get_their_own_tokens_in_order() {
+    let _serial = SERIAL.lock().await;
     let engine = LlamaServer::start(4).await;
     let dir = tempfile::tempdir().unwrap();
     let gw = gateway_over(dir.path(), pool_config(vec![engine.spec()])).await;
@@ -165,6 +172,7 @@ async fn concurrent_sessions_through_an_engine_get_their_own_tokens_in_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_worker_moves_its_sessions_to_the_other_and_its_breaker_recovers_after_restart() {
+    let _serial = SERIAL.lock().await;
     let mut a = LlamaServer::start(2).await;
     let b = LlamaServer::start(2).await;
     let dir = tempfile::tempdir().unwrap();
@@ -202,6 +210,7 @@ async fn a_killed_worker_moves_its_sessions_to_the_other_and_its_breaker_recover
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_worker_is_failed_over_within_the_deadline() {
+    let _serial = SERIAL.lock().await;
     let a = LlamaServer::start(2).await;
     let b = LlamaServer::start(2).await;
     let dir = tempfile::tempdir().unwrap();
@@ -220,6 +229,7 @@ async fn a_hung_worker_is_failed_over_within_the_deadline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_answering_500s_garbage_or_foreign_tokens_gets_typed_errors_and_the_gateway_keeps_serving() {
+    let _serial = SERIAL.lock().await;
     let engine = LlamaServer::start(2).await;
     let proxy = FaultProxy::start(engine.url()).await;
     let dir = tempfile::tempdir().unwrap();
@@ -261,6 +271,7 @@ async fn a_worker_answering_500s_garbage_or_foreign_tokens_gets_typed_errors_and
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn beyond_its_in_flight_bound_every_worker_full_means_busy_at_once_and_the_bound_frees_again() {
+    let _serial = SERIAL.lock().await;
     let engine = LlamaServer::start(1).await;
     let dir = tempfile::tempdir().unwrap();
     let mut pool = pool_config(vec![engine.spec()]);
@@ -292,6 +303,7 @@ async fn beyond_its_in_flight_bound_every_worker_full_means_busy_at_once_and_the
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_engine_with_another_vocabulary_is_refused_at_start_up_by_name() {
+    let _serial = SERIAL.lock().await;
     let engine = LlamaServer::start(1).await;
     // Devices whose tokenizer differs from the engine's (one probe id and the fingerprint).
     let mut expected = expected_vocabulary(&tokenizer_path(LLM)).unwrap();
