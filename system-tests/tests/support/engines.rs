@@ -55,7 +55,7 @@ impl LlamaServer {
     fn spawn(&mut self) {
         let child = Command::new(llama_server_exe())
             .args(["-m", llm_gguf().to_str().unwrap(), "--host", "127.0.0.1", "--port", &self.port.to_string()])
-            .args(["-np", &self.parallel.to_string(), "-c", &(2048 * self.parallel).to_string(), "-t", "1", "--metrics", "--log-disable"])
+            .args(["-np", &self.parallel.to_string(), "-c", &(2048 * self.parallel).to_string(), "-t", "1", "--threads-http", "128", "--metrics", "--log-disable"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
