@@ -2,6 +2,7 @@
 //! same process and prints one JSON report (BENCHMARKS.md quotes the commands).
 
 mod batching;
+mod engines;
 mod fixed_backend;
 mod gateway_latency;
 mod stats;
@@ -26,6 +27,9 @@ enum Command {
     /// Latency the gateway adds per escalation: simulated devices over real QUIC on loopback
     /// against a gateway whose backend has a fixed, known cost.
     GatewayLatency(gateway_latency::LatencyArgs),
+    /// The gateway in front of external engines (or the embedded LLM), or `--direct` the same
+    /// requests straight to the engines: throughput, latency, prefix-cache share.
+    Engines(engines::EnginesArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -34,5 +38,6 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Batching(a) => batching::run(a),
         Command::GatewayLatency(a) => gateway_latency::run(a),
+        Command::Engines(a) => engines::run(a),
     }
 }
