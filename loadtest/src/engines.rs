@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::Args;
 use cloud_gateway::backend::{Backend, EmbeddedBackend, EmbeddedOptions};
-use cloud_gateway::config::{BatcherConfig, CertSource, GatewayConfig};
+use cloud_gateway::config::{BatcherConfig, GatewayConfig};
 use cloud_gateway::engine::client::EngineClient;
 use cloud_gateway::engine::connect::{connect, expected_vocabulary, tokenizer_path};
 use cloud_gateway::engine::llamacpp::LlamaCppDialect;
@@ -384,17 +384,11 @@ async fn measure(args: &EnginesArgs, windows: &[Vec<u32>], tokenizer_file: &std:
     } else {
         let prometheus = cloud_gateway::http::prometheus();
         let dir = tempfile::tempdir()?;
-        let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])?;
-        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-        std::fs::write(&cert, ck.cert.pem())?;
-        std::fs::write(&key, ck.signing_key.serialize_pem())?;
+        let (base, cert) = crate::loopback::loopback_config(dir.path())?;
         let config = GatewayConfig {
-            listen: "127.0.0.1:0".parse()?,
-            http_listen: None,
-            cert: CertSource::Files { cert: cert.clone(), key },
             max_sessions_per_device: per_device.max(64),
             batcher: BatcherConfig { max_batch: args.max_batch.max(1), queue_capacity: args.sessions.max(256), ..BatcherConfig::default() },
-            ..GatewayConfig::default()
+            ..base
         };
         let (gw, fingerprint) = if args.engines.is_empty() {
             let options = EmbeddedOptions {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use cloud_gateway::config::{BatcherConfig, CertSource, GatewayConfig};
+use cloud_gateway::config::{BatcherConfig, GatewayConfig};
 use cloud_gateway::Gateway;
 use common::protocol::{ContextTracker, Frame, WireSampling};
 use edge_node::link::{Link, LinkConfig};
@@ -63,20 +63,14 @@ pub fn run(args: LatencyArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
         let dir = tempfile::tempdir()?;
-        let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])?;
-        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-        std::fs::write(&cert, ck.cert.pem())?;
-        std::fs::write(&key, ck.signing_key.serialize_pem())?;
+        let (base, cert) = crate::loopback::loopback_config(dir.path())?;
         let config = GatewayConfig {
-            listen: "127.0.0.1:0".parse()?,
-            http_listen: None,
-            cert: CertSource::Files { cert: cert.clone(), key },
             batcher: BatcherConfig {
                 max_batch: args.max_batch as usize,
                 max_wait: Duration::from_millis(args.max_wait_ms),
                 queue_capacity: 100_000,
             },
-            ..GatewayConfig::default()
+            ..base
         };
         // Devices run the default SLM; the stand-in LLM shares its tokenizer and vocabulary.
         let slm = ModelFiles::locate(DEFAULT_SLM)?.manifest;

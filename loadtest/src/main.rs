@@ -5,6 +5,7 @@ mod batching;
 mod engines;
 mod fixed_backend;
 mod gateway_latency;
+mod loopback;
 mod stats;
 
 use clap::{Parser, Subcommand};

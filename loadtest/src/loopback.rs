@@ -1,0 +1,17 @@
+//! The gateway every load test starts in its own process: QUIC on a free loopback port, no HTTP
+//! side port, a fresh self-signed certificate that the simulated devices pin.
+
+use std::path::{Path, PathBuf};
+
+use cloud_gateway::config::{CertSource, GatewayConfig};
+
+/// A loopback gateway configuration whose certificate and key are written into `dir`; returns
+/// it with the certificate's path (the devices' `--ca-cert`).
+pub fn loopback_config(dir: &Path) -> anyhow::Result<(GatewayConfig, PathBuf)> {
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])?;
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, ck.cert.pem())?;
+    std::fs::write(&key, ck.signing_key.serialize_pem())?;
+    let config = GatewayConfig { listen: "127.0.0.1:0".parse()?, http_listen: None, cert: CertSource::Files { cert: cert.clone(), key }, ..GatewayConfig::default() };
+    Ok((config, cert))
+}
