@@ -1,12 +1,7 @@
 //! `loadtest`: measures Duet's gateway and backends. Each subcommand runs its baseline in the
 //! same process and prints one JSON report (BENCHMARKS.md quotes the commands).
 
-mod batching;
-mod engines;
-mod fixed_backend;
-mod gateway_latency;
-mod loopback;
-mod stats;
+use loadtest::{batching, engines, gateway_latency};
 
 use clap::{Parser, Subcommand};
 
