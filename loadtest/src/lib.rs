@@ -6,4 +6,5 @@ pub mod engines;
 pub mod fixed_backend;
 pub mod gateway_latency;
 pub mod loopback;
+pub mod relay;
 pub mod stats;

@@ -1,7 +1,7 @@
 //! `loadtest`: measures Duet's gateway and backends. Each subcommand runs its baseline in the
 //! same process and prints one JSON report (BENCHMARKS.md quotes the commands).
 
-use loadtest::{batching, engines, gateway_latency};
+use loadtest::{batching, engines, gateway_latency, relay};
 
 use clap::{Parser, Subcommand};
 
@@ -26,6 +26,9 @@ enum Command {
     /// The gateway in front of external engines (or the embedded LLM), or `--direct` the same
     /// requests straight to the engines: throughput, latency, prefix-cache share.
     Engines(engines::EnginesArgs),
+    /// A UDP impairment relay between devices and a gateway: delay, jitter, loss, bandwidth
+    /// cap, duplication and blackouts of a named network profile (`--list`, `--bench`).
+    Relay(relay::cmd::RelayArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -35,5 +38,6 @@ fn main() -> anyhow::Result<()> {
         Command::Batching(a) => batching::run(a),
         Command::GatewayLatency(a) => gateway_latency::run(a),
         Command::Engines(a) => engines::run(a),
+        Command::Relay(a) => relay::cmd::run(a),
     }
 }

@@ -1,0 +1,231 @@
+//! What the relay itself costs: `loadtest relay --bench`.
+//!
+//! Clients ping-pong UDP datagrams with an echo server on loopback, closed loop (one datagram
+//! in flight per client), first straight to the echo server, then through a relay with the
+//! chosen profile (`lan`, no impairment, isolates the relay's own cost), alternating. The
+//! report gives round-trip percentiles of both paths, their difference, and the relay's CPU
+//! per forwarded packet: the process's CPU time in the relayed phases minus the direct ones,
+//! over the packets the relay forwarded (two per round trip). The same echo server and the
+//! same clients serve as each other's baseline.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use serde::Serialize;
+use tokio::net::UdpSocket;
+use tokio::task::JoinHandle;
+
+use super::{Profile, Relay, RelayConfig, RelayStats};
+use crate::stats::percentile;
+
+/// A UDP echo server on `addr` (port 0: any): sends every datagram back to its sender.
+pub async fn spawn_echo(addr: SocketAddr) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
+    let socket = UdpSocket::bind(addr).await.with_context(|| format!("binding the echo server on {addr}"))?;
+    let local = socket.local_addr()?;
+    let task = tokio::spawn(async move {
+        let mut buf = vec![0u8; 65_536];
+        loop {
+            match socket.recv_from(&mut buf).await {
+                Ok((n, from)) => {
+                    let _ = socket.send_to(&buf[..n], from).await;
+                }
+                Err(e) => tracing::debug!("echo recv: {e}"),
+            }
+        }
+    });
+    Ok((local, task))
+}
+
+/// How hard the benchmark pushes.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Concurrent clients (one socket each, as devices).
+    pub clients: usize,
+    /// Round trips per client per phase.
+    pub rounds: usize,
+    /// Datagram payload, bytes (at least 16).
+    pub bytes: usize,
+    /// Phases of each path, alternated.
+    pub repeats: usize,
+    /// A round trip not answered within this counts as lost.
+    pub timeout: Duration,
+}
+
+/// The round trips of one path.
+#[derive(Debug, Clone, Serialize)]
+pub struct PathFigures {
+    /// Round trips answered.
+    pub round_trips: usize,
+    /// Round trips not answered within the timeout.
+    pub lost: usize,
+    /// Round-trip percentiles, microseconds.
+    pub rtt_p50_us: f64,
+    /// 90th percentile.
+    pub rtt_p90_us: f64,
+    /// 99th percentile.
+    pub rtt_p99_us: f64,
+    /// Answered round trips per second of wall time, all clients together.
+    pub round_trips_per_s: f64,
+    /// CPU seconds of the whole process (clients, echo server, and relay if any).
+    pub cpu_s: f64,
+}
+
+/// `loadtest relay --bench`'s report.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    /// The profile the relay applied.
+    pub profile: String,
+    /// Concurrent clients.
+    pub clients: usize,
+    /// Round trips per client per phase.
+    pub rounds: usize,
+    /// Datagram payload, bytes.
+    pub payload_bytes: usize,
+    /// Phases of each path.
+    pub repeats: usize,
+    /// Straight to the echo server (the baseline).
+    pub direct: PathFigures,
+    /// Through the relay.
+    pub relayed: PathFigures,
+    /// Relayed minus direct round trip, p50, microseconds.
+    pub added_p50_us: f64,
+    /// Relayed minus direct round trip, p99, microseconds.
+    pub added_p99_us: f64,
+    /// The relay's CPU per forwarded packet, microseconds (relayed CPU minus direct CPU, over
+    /// two packets per answered round trip).
+    pub relay_cpu_us_per_packet: f64,
+    /// The relay's own counters.
+    pub relay: RelayStats,
+}
+
+/// Runs the benchmark in the current runtime.
+pub async fn run(profile: Profile, seed: u64, opts: &BenchOptions) -> anyhow::Result<BenchReport> {
+    anyhow::ensure!(opts.clients > 0 && opts.rounds > 0 && opts.repeats > 0, "--bench-clients, --bench-rounds and --bench-repeats must be > 0");
+    anyhow::ensure!(opts.bytes >= 16 && opts.bytes <= 65_000, "--bench-bytes must be 16 to 65000");
+    let (echo, echo_task) = spawn_echo("127.0.0.1:0".parse()?).await?;
+    let relay = Relay::start(RelayConfig { seed, ..RelayConfig::new("127.0.0.1:0".parse()?, echo, profile.clone()) }).await?;
+    // Warm-up of both paths (socket buffers, the relay's client table).
+    ping_pong(echo, &BenchOptions { rounds: 20, ..opts.clone() }).await?;
+    ping_pong(relay.local_addr(), &BenchOptions { rounds: 20, ..opts.clone() }).await?;
+    let (mut direct, mut relayed) = (Samples::default(), Samples::default());
+    for _ in 0..opts.repeats {
+        direct.add(ping_pong(echo, opts).await?);
+        relayed.add(ping_pong(relay.local_addr(), opts).await?);
+    }
+    let stats = relay.stats();
+    relay.shutdown().await;
+    echo_task.abort();
+    let (direct, relayed) = (direct.figures(), relayed.figures());
+    let packets = 2.0 * relayed.round_trips as f64;
+    Ok(BenchReport {
+        profile: profile.name,
+        clients: opts.clients,
+        rounds: opts.rounds,
+        payload_bytes: opts.bytes,
+        repeats: opts.repeats,
+        added_p50_us: relayed.rtt_p50_us - direct.rtt_p50_us,
+        added_p99_us: relayed.rtt_p99_us - direct.rtt_p99_us,
+        relay_cpu_us_per_packet: (relayed.cpu_s - direct.cpu_s) * 1e6 / packets.max(1.0),
+        direct,
+        relayed,
+        relay: stats,
+    })
+}
+
+/// One phase's raw measurements.
+struct Phase {
+    rtts_us: Vec<f64>,
+    lost: usize,
+    wall_s: f64,
+    cpu_s: f64,
+}
+
+/// The phases of one path, pooled.
+#[derive(Default)]
+struct Samples {
+    rtts_us: Vec<f64>,
+    lost: usize,
+    wall_s: f64,
+    cpu_s: f64,
+}
+
+impl Samples {
+    fn add(&mut self, p: Phase) {
+        self.rtts_us.extend(p.rtts_us);
+        self.lost += p.lost;
+        self.wall_s += p.wall_s;
+        self.cpu_s += p.cpu_s;
+    }
+
+    fn figures(mut self) -> PathFigures {
+        let n = self.rtts_us.len();
+        PathFigures {
+            round_trips: n,
+            lost: self.lost,
+            rtt_p50_us: percentile(&mut self.rtts_us, 0.5),
+            rtt_p90_us: percentile(&mut self.rtts_us, 0.9),
+            rtt_p99_us: percentile(&mut self.rtts_us, 0.99),
+            round_trips_per_s: n as f64 / self.wall_s.max(1e-9),
+            cpu_s: self.cpu_s,
+        }
+    }
+}
+
+/// `opts.clients` clients, each `opts.rounds` round trips to `target`, closed loop.
+async fn ping_pong(target: SocketAddr, opts: &BenchOptions) -> anyhow::Result<Phase> {
+    let (cpu0, t0) = (process_cpu_s(), Instant::now());
+    let mut tasks = Vec::with_capacity(opts.clients);
+    for c in 0..opts.clients {
+        let socket = UdpSocket::bind("127.0.0.1:0").await?;
+        socket.connect(target).await?;
+        let (rounds, bytes, timeout) = (opts.rounds, opts.bytes, opts.timeout);
+        tasks.push(tokio::spawn(async move {
+            let mut rtts = Vec::with_capacity(rounds);
+            let mut lost = 0;
+            let mut out = vec![0u8; bytes];
+            let mut buf = vec![0u8; 65_536];
+            out[..8].copy_from_slice(&(c as u64).to_le_bytes());
+            for seq in 0..rounds as u64 {
+                out[8..16].copy_from_slice(&seq.to_le_bytes());
+                let sent = Instant::now();
+                socket.send(&out).await?;
+                let deadline = tokio::time::Instant::from_std(sent + timeout);
+                loop {
+                    match tokio::time::timeout_at(deadline, socket.recv(&mut buf)).await {
+                        Err(_) => {
+                            lost += 1;
+                            break;
+                        }
+                        Ok(Err(e)) => return Err(anyhow::Error::from(e).context("bench client recv")),
+                        // A late answer to an earlier round (or a duplicate): keep waiting.
+                        Ok(Ok(n)) if n < 16 || buf[8..16] != out[8..16] => continue,
+                        Ok(Ok(_)) => {
+                            rtts.push(sent.elapsed().as_secs_f64() * 1e6);
+                            break;
+                        }
+                    }
+                }
+            }
+            anyhow::Ok((rtts, lost))
+        }));
+    }
+    let (mut rtts_us, mut lost) = (Vec::new(), 0);
+    for t in tasks {
+        let (r, l) = t.await??;
+        rtts_us.extend(r);
+        lost += l;
+    }
+    Ok(Phase { rtts_us, lost, wall_s: t0.elapsed().as_secs_f64(), cpu_s: process_cpu_s() - cpu0 })
+}
+
+/// CPU seconds this process has used (user + system, from `/proc/self/stat`; 0 where absent).
+fn process_cpu_s() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0.0 };
+    // Fields after the command name (which may hold spaces) start at field 3; utime and stime
+    // are fields 14 and 15, in clock ticks of 1/100 s (USER_HZ on Linux).
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { return 0.0 };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
