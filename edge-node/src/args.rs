@@ -7,13 +7,15 @@ use anyhow::Context;
 use clap::Args;
 use common::exchange::DeadlinePolicy;
 use common::sampling::SamplingParams;
-use model_runtime::model_files::{duet_home, ModelFiles, DEFAULT_SLM};
+use model_runtime::model_files::{duet_home, ModelFiles, ModelManifest, DEFAULT_SLM};
 use model_runtime::tokenizer::Tokenizer;
 use model_runtime::{CausalLm, LmOptions};
 
 use crate::link::{Link, LinkConfig};
-use common::exchange::LinkHealth;
 use crate::router::{ConfidenceRouter, MlpRouter, Router};
+use crate::router_file::{Calibration, MlpRouterModel};
+use crate::shipped_router::{shipped_name, shipped_router, DEFAULT_ESCALATION_RATE};
+use common::exchange::LinkHealth;
 
 /// Which model to load and how to run it.
 #[derive(Debug, Clone, Args)]
@@ -46,15 +48,17 @@ pub struct CloudArgs {
     #[arg(long, env = "DUET_GATEWAY")]
     pub gateway: Option<String>,
     /// Escalate a token when the router's confidence is below tau (0 = never, 1 = always).
-    #[arg(long, env = "DUET_TAU", default_value_t = 0.5, value_parser = parse_unit)]
-    pub tau: f32,
-    /// Instead of --tau: the share of tokens to escalate, turned into tau by the router file's
-    /// calibration table (needs --router FILE).
+    /// Default: the trained router's --escalation-rate default, or 0.5 for `confidence`.
+    #[arg(long, env = "DUET_TAU", value_parser = parse_unit)]
+    pub tau: Option<f32>,
+    /// Instead of --tau: the share of tokens to escalate, turned into tau by the trained
+    /// router's calibration table. Default 0.1 (the operating point EVALUATION.md reports).
     #[arg(long, env = "DUET_ESCALATION_RATE", value_parser = parse_unit, conflicts_with = "tau")]
     pub escalation_rate: Option<f32>,
-    /// Routing policy: `confidence` (the SLM's top probability) or a trained router file
-    /// (from `router-lab train`) made for this SLM.
-    #[arg(long, env = "DUET_ROUTER", default_value = "confidence")]
+    /// Routing policy: `default` (the trained router shipped for this SLM, else `confidence`),
+    /// `confidence` (the SLM's top probability), or a router file from `router-lab train`
+    /// made for this SLM.
+    #[arg(long, env = "DUET_ROUTER", default_value = "default")]
     pub router: String,
     /// The gateway's certificate (PEM); default: $DUET_HOME/gateway-cert.pem, which a local gateway writes.
     #[arg(long, env = "DUET_CA_CERT")]
@@ -127,24 +131,67 @@ impl SamplingArgs {
     }
 }
 
-/// The routing policy and threshold the command line asks for: `--router` picks the policy,
-/// `--escalation-rate` (through the router file's calibration table) or `--tau` the threshold.
-pub fn build_router(cloud: &CloudArgs, lm: &CausalLm, tok: &Tokenizer) -> anyhow::Result<(Box<dyn Router>, f32)> {
-    if cloud.router == "confidence" {
-        if let Some(rate) = cloud.escalation_rate {
-            anyhow::bail!("--escalation-rate {rate} needs a trained router file (--router FILE): its calibration table maps rates to tau");
+/// The trained router `--router` names for this SLM: the shipped one (`default`, when one
+/// ships for it), a router file, or none (`confidence`, or `default` for an SLM without one).
+/// Returns the model and the name it goes by in reports.
+pub fn trained_router(router: &str, slm: &ModelManifest, tokenizer_fingerprint: &str) -> anyhow::Result<Option<(MlpRouterModel, String)>> {
+    match router {
+        "confidence" => Ok(None),
+        "default" => match shipped_router(&slm.id, tokenizer_fingerprint, slm.hidden_size) {
+            Some(model) => Ok(Some((model?, shipped_name(&slm.id)))),
+            None => {
+                tracing::info!(slm = %slm.id, "no trained router ships for this SLM: routing on the SLM's confidence");
+                Ok(None)
+            }
+        },
+        path => {
+            let path = std::path::Path::new(path);
+            let model = MlpRouterModel::load(path)?;
+            model.check_compatible(path, &slm.id, tokenizer_fingerprint, slm.hidden_size)?;
+            Ok(Some((model, path.display().to_string())))
         }
-        return Ok((Box::new(ConfidenceRouter), cloud.tau));
     }
-    let path = std::path::Path::new(&cloud.router);
-    let m = lm.manifest();
-    let router = MlpRouter::load(path, &m.id, tok.fingerprint(), m.hidden_size)?;
-    let tau = match cloud.escalation_rate {
-        Some(rate) => router.model().meta().calibration.tau_for_rate(rate)?,
-        None => cloud.tau,
-    };
-    tracing::info!(router = %path.display(), tau, "trained router loaded");
-    Ok((Box::new(router), tau))
+}
+
+/// The threshold the command line asks for with this router: `--tau`, else `--escalation-rate`
+/// (default [`DEFAULT_ESCALATION_RATE`]) through a trained router's calibration table, else
+/// 0.5 on the confidence baseline.
+pub fn routing_tau(cloud: &CloudArgs, trained: Option<&MlpRouterModel>) -> anyhow::Result<f32> {
+    match (cloud.tau, trained, cloud.escalation_rate) {
+        (Some(tau), _, _) => Ok(tau),
+        (None, Some(m), rate) => Ok(m.meta().calibration.tau_for_rate(rate.unwrap_or(DEFAULT_ESCALATION_RATE))?),
+        (None, None, Some(rate)) => anyhow::bail!(
+            "--escalation-rate {rate} needs a trained router (--router default or FILE): its calibration table maps rates to tau, and `--router {}` has none",
+            cloud.router
+        ),
+        (None, None, None) => Ok(DEFAULT_CONFIDENCE_TAU),
+    }
+}
+
+/// tau of the confidence baseline when none is given: escalate when the SLM's top
+/// probability is below one half.
+pub const DEFAULT_CONFIDENCE_TAU: f32 = 0.5;
+
+/// The routing policy and threshold the command line asks for (see [`trained_router`] and
+/// [`routing_tau`]), and the trained router's calibration table when there is one.
+pub fn build_router(cloud: &CloudArgs, lm: &CausalLm, tok: &Tokenizer) -> anyhow::Result<(Box<dyn Router>, f32)> {
+    let (router, tau, _) = build_router_with_calibration(cloud, lm, tok)?;
+    Ok((router, tau))
+}
+
+/// [`build_router`], also returning the trained router's rate → tau table (for servers that
+/// take a rate per request).
+pub fn build_router_with_calibration(cloud: &CloudArgs, lm: &CausalLm, tok: &Tokenizer) -> anyhow::Result<(Box<dyn Router>, f32, Option<Calibration>)> {
+    let trained = trained_router(&cloud.router, lm.manifest(), tok.fingerprint())?;
+    let tau = routing_tau(cloud, trained.as_ref().map(|(m, _)| m))?;
+    Ok(match trained {
+        Some((model, name)) => {
+            tracing::info!(router = %name, tau, "trained router loaded");
+            let calibration = model.meta().calibration.clone();
+            (Box::new(MlpRouter::from_model(model)), tau, Some(calibration))
+        }
+        None => (Box::new(ConfidenceRouter), tau, None),
+    })
 }
 
 /// The deadline policy the command line asks for.

@@ -1,4 +1,4 @@
-//! Duet's edge node as a library: the one decode loop, routing policies, the router file, and
+//! Duet's edge node as a library: the one decode loop, routing policies, the router file and the routers shipped with it, and
 //! the QUIC link that carries the edge side of the exchange. The `edge-node` binary, the
 //! router lab and the load tester use it.
 
@@ -8,4 +8,5 @@ pub mod link;
 pub mod link_cloud;
 pub mod router;
 pub mod router_file;
+pub mod shipped_router;
 pub mod tls;

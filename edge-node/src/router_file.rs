@@ -215,8 +215,14 @@ impl MlpRouterModel {
     /// Load a router file (no compatibility check: see [`MlpRouterModel::check_compatible`]).
     pub fn load(path: &Path) -> Result<Self, RouterFileError> {
         let bytes = std::fs::read(path).map_err(|source| RouterFileError::Io { path: path.to_path_buf(), source })?;
+        Self::from_bytes(&bytes, path)
+    }
+
+    /// Read a router file's bytes; `path` names where they came from in errors (a file, or the
+    /// router built into the binary).
+    pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Self, RouterFileError> {
         let fmt = |message: String| RouterFileError::Format { path: path.to_path_buf(), message };
-        let (_, header) = SafeTensors::read_metadata(&bytes).map_err(|e| fmt(e.to_string()))?;
+        let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| fmt(e.to_string()))?;
         let json = header
             .metadata()
             .as_ref()
@@ -226,7 +232,7 @@ impl MlpRouterModel {
         if meta.format != FORMAT_VERSION {
             return Err(fmt(format!("format version {} (this build reads {FORMAT_VERSION})", meta.format)));
         }
-        let st = SafeTensors::deserialize(&bytes).map_err(|e| fmt(e.to_string()))?;
+        let st = SafeTensors::deserialize(bytes).map_err(|e| fmt(e.to_string()))?;
         let (i, h) = (meta.feature_width, meta.mlp_hidden);
         if i == 0 || h == 0 || i.saturating_mul(h) > 64 << 20 {
             return Err(fmt(format!("implausible sizes: feature_width {i}, mlp_hidden {h}")));

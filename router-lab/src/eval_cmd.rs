@@ -18,7 +18,7 @@ use clap::Args;
 use common::exchange::LinkHealth;
 use common::protocol::WireSampling;
 use common::sampling::SamplingParams;
-use edge_node::args::{build_router, deadline_policy, link_config, parse_unit, CloudArgs};
+use edge_node::args::{build_router, deadline_policy, link_config, parse_unit, trained_router, CloudArgs};
 use edge_node::decode::{decode, DecodeParams, DecodeStats, OnnxSlm};
 use edge_node::link::{next_session_id, Link};
 use edge_node::link_cloud::LinkCloud;
@@ -76,22 +76,15 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         return run_served(&args, &items);
     }
     let mut pair = args.pair.load(4096)?;
-    let router = match args.cloud.router.as_str() {
-        "confidence" => None,
-        path => {
-            let path = Path::new(path);
-            let m = pair.slm.manifest();
-            let model = MlpRouterModel::load(path)?;
-            model.check_compatible(path, &m.id, pair.tok.fingerprint(), m.hidden_size)?;
-            Some(model)
-        }
-    };
+    let trained = trained_router(&args.cloud.router, pair.slm.manifest(), pair.tok.fingerprint())?;
+    let router_name = trained.as_ref().map_or_else(|| "confidence".to_string(), |(_, name)| name.clone());
+    let router = trained.map(|(model, _)| model);
     let specs = run_specs(&args, router.as_ref())?;
     let config = serde_json::json!({
         "mode": "in-process",
         "slm": pair.slm.manifest().id,
         "llm": pair.llm.manifest().id,
-        "router": args.cloud.router,
+        "router": router_name,
         "router_training": router.as_ref().map(|r| r.meta().training.clone()),
         "data": args.data.display().to_string(),
         "max_new_tokens": args.max_new_tokens,

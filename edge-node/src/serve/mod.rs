@@ -21,8 +21,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use common::exchange::LinkHealth;
-use edge_node::args::{build_router, connect, deadline_policy, CloudArgs, ModelArgs};
-use edge_node::router_file::MlpRouterModel;
+use edge_node::args::{build_router_with_calibration, connect, deadline_policy, CloudArgs, ModelArgs};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use tokio::sync::mpsc;
 
@@ -63,11 +62,7 @@ pub enum ModeArg {
 /// Run the server until interrupted.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let (lm, tok) = args.model.load()?;
-    let (router, tau) = build_router(&args.cloud, &lm, &tok)?;
-    let calibration = match args.cloud.router.as_str() {
-        "confidence" => None,
-        path => Some(MlpRouterModel::load(std::path::Path::new(path))?.meta().calibration.clone()),
-    };
+    let (router, tau, calibration) = build_router_with_calibration(&args.cloud, &lm, &tok)?;
     let model_id = lm.manifest().id.clone();
     let max_context = lm.max_context();
     let cache = lm.new_cache(None)?;
