@@ -1,6 +1,6 @@
-//! Duet's edge node as a library: the one decode loop, routing policies, the router file and the routers shipped with it, and
-//! the QUIC link that carries the edge side of the exchange. The `edge-node` binary, the
-//! router lab and the load tester use it.
+//! Duet's edge node as a library: the one decode loop, routing policies, the router file and
+//! the routers shipped with it, and the QUIC link that carries the edge side of the exchange.
+//! The `edge-node` binary, the router lab and the load tester use it.
 
 pub mod args;
 pub mod decode;

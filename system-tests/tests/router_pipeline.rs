@@ -148,9 +148,10 @@ fn router_for_another_slm_is_refused() {
     let out = edge_node(&["generate", "--prompt", "hi", "--gateway", "127.0.0.1:9", "--router", &p, "--connect-wait-ms", "0"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("tokenizer"), "{err}");
-    // --escalation-rate needs a router file.
-    let out = edge_node(&["generate", "--prompt", "hi", "--gateway", "127.0.0.1:9", "--escalation-rate", "0.07", "--connect-wait-ms", "0"]);
-    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("needs a trained router file"));
+    // --escalation-rate needs a trained router: the confidence baseline has no calibration table.
+    let out = edge_node(&["generate", "--prompt", "hi", "--gateway", "127.0.0.1:9", "--router", "confidence", "--escalation-rate", "0.07", "--connect-wait-ms", "0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("needs a trained router"), "{err}");
 }
 
 #[test]

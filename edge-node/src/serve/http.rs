@@ -103,7 +103,7 @@ async fn status(State(s): State<Arc<AppState>>) -> Json<Value> {
         },
         None => (None, false, None),
     };
-    Json(json!({"model": s.model_id, "gateway": gateway, "connected": connected, "rtt_ms": rtt_ms, "default_mode": s.default_mode, "default_tau": s.default_tau}))
+    Json(json!({"model": s.model_id, "gateway": gateway, "connected": connected, "rtt_ms": rtt_ms, "default_mode": s.default_mode, "default_tau": s.default_tau, "router": if s.calibration.is_some() { "trained" } else { "confidence" }}))
 }
 
 async fn models(State(s): State<Arc<AppState>>) -> Json<Value> {
