@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""Read rendered Kubernetes manifests (`kubectl kustomize k8s/overlays/X` on stdin) for the
+checks and the local stand-in of the cluster. Needs PyYAML (deploy/k8s/check's venv).
+
+  gateway-toml                 print the gateway.toml of the duet-gateway-config ConfigMap
+  schema-docs OUT              write the documents kubernetes-validate has schemas for to OUT;
+                               print one line per CRD document it skips (and why)
+  consistency HELP [LLAMA_HELP]
+                               fail unless the manifests agree with the gateway binary (its
+                               --help) and with each other: see check_consistency
+  adapter-query NS POD...      the HPA metric's PromQL as prometheus-adapter renders it for POD...
+  local-prometheus SPEC        a Prometheus config scraping local processes as the
+                               ServiceMonitors would scrape the pods (SPEC below)
+
+Only the Python standard library and PyYAML: the checks run before anything else is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES = ROOT / "k8s/monitoring/duet.rules.yml"
+ADAPTER = ROOT / "k8s/monitoring/prometheus-adapter-values.yaml"
+GATEWAY_IMAGE = "duet/cloud-gateway"
+# Read by the binary but not a flag (where models and ONNX Runtime are looked for).
+GATEWAY_ENV_NOT_FLAGS = {"DUET_HOME"}
+CRD_GROUPS = ("monitoring.coreos.com/",)
+
+
+def docs() -> list[dict]:
+    return [d for d in yaml.safe_load_all(sys.stdin) if d]
+
+
+def by_kind(items: list[dict], kind: str) -> list[dict]:
+    return [d for d in items if d.get("kind") == kind]
+
+
+def gateway_toml(items: list[dict]) -> str:
+    maps = [d for d in by_kind(items, "ConfigMap") if d["metadata"]["name"].startswith("duet-gateway-config")]
+    if len(maps) != 1 or "gateway.toml" not in maps[0].get("data", {}):
+        sys.exit("expected one duet-gateway-config ConfigMap holding gateway.toml")
+    return maps[0]["data"]["gateway.toml"]
+
+
+def pod_specs(items: list[dict]):
+    """(workload, pod spec) for every Deployment, StatefulSet and Job."""
+    for d in items:
+        if d.get("kind") in ("Deployment", "StatefulSet", "Job"):
+            yield d, d["spec"]["template"]["spec"]
+
+
+def containers(spec: dict):
+    yield from spec.get("initContainers", [])
+    yield from spec.get("containers", [])
+
+
+def image_name(image: str) -> str:
+    return image.split("@")[0].rsplit(":", 1)[0] if ":" in image.split("/")[-1] else image.split("@")[0]
+
+
+def help_flags_and_env(help_text: str) -> tuple[set[str], set[str]]:
+    flags = set(re.findall(r"^\s+(?:-\w, )?(--[a-z0-9-]+)", help_text, re.M))
+    env = set(re.findall(r"\[env: (DUET_[A-Z0-9_]+)", help_text))
+    return flags, env
+
+
+def check_consistency(items: list[dict], help_text: str, llama_help: str | None) -> list[str]:
+    errors: list[str] = []
+    flags, env = help_flags_and_env(help_text)
+    if not flags or not env:
+        return ["could not read flags and DUET_* variables from the gateway's --help"]
+
+    # 1. The gateway containers use only flags and DUET_* variables the binary has.
+    for workload, spec in pod_specs(items):
+        for c in containers(spec):
+            if image_name(c["image"]) != GATEWAY_IMAGE:
+                continue
+            where = f"{workload['kind']}/{workload['metadata']['name']} container {c['name']}"
+            for a in c.get("args", []) + c.get("command", []):
+                if a.startswith("--") and a.split("=")[0] not in flags:
+                    errors.append(f"{where}: flag {a.split('=')[0]} is not a cloud-gateway flag")
+            for e in c.get("env", []):
+                n = e["name"]
+                if n.startswith("DUET_") and n not in env and n not in GATEWAY_ENV_NOT_FLAGS:
+                    errors.append(f"{where}: {n} is not a cloud-gateway variable (cloud-gateway --help)")
+
+    # 2. gateway.toml: keys are flags (the binary's --check also refuses unknown keys by name;
+    #    this names the overlay). The engine list names exactly the engine StatefulSets' pods.
+    cfg = tomllib.loads(gateway_toml(items))
+    for key in cfg:
+        if f"--{key}" not in flags:
+            errors.append(f"gateway.toml: `{key}` is not a cloud-gateway flag")
+    engines = cfg.get("engine", [])
+    expected = set()
+    services = {s["metadata"]["name"]: s for s in by_kind(items, "Service")}
+    for sts in by_kind(items, "StatefulSet"):
+        svc_name = sts["spec"]["serviceName"]
+        svc = services.get(svc_name)
+        if svc is None or svc["spec"].get("clusterIP") != "None":
+            errors.append(f"StatefulSet/{sts['metadata']['name']}: serviceName {svc_name} is not a headless Service here")
+            continue
+        if not svc["spec"].get("publishNotReadyAddresses"):
+            errors.append(f"Service/{svc_name}: publishNotReadyAddresses must be true (the gateway waits for loading engines by name)")
+        port = svc["spec"]["ports"][0]["port"]
+        for i in range(sts["spec"].get("replicas", 1)):
+            expected.add(f"{sts['metadata']['name']}-{i}.{svc_name}:{port}")
+    listed = set()
+    for e in engines:
+        m = re.fullmatch(r"(\w[\w.-]*)=https?://([^/]+)/?", e)
+        if not m:
+            errors.append(f"gateway.toml: engine `{e}` is not KIND=URL")
+            continue
+        listed.add(m.group(2))
+    if listed != expected:
+        errors.append(f"gateway.toml engine list {sorted(listed)} != engine StatefulSet pods {sorted(expected)} (replicas and list must change together)")
+
+    # 3. The model the gateway reads first is the one its init container waits for, and the
+    #    models Job prepares it.
+    want_model = cfg.get("engine-tokenizer", cfg.get("model")) if engines else cfg.get("model")
+    want_file = "tokenizer.json" if engines else "duet-model.json"
+    steps = {"qwen2.5-coder-0.5b-instruct": "slm", "qwen2.5-coder-1.5b-instruct": "llm"}
+    for workload, spec in pod_specs(items):
+        for c in containers(spec):
+            for e in c.get("env", []):
+                if e["name"] == "MODEL_FILE" and e.get("value") != f"/var/lib/duet/models/{want_model}/{want_file}":
+                    errors.append(f"{workload['metadata']['name']}/{c['name']}: MODEL_FILE {e.get('value')} but gateway.toml needs {want_model}/{want_file}")
+                if e["name"] == "PREPARE_STEPS" and want_model in steps and steps[want_model] not in e["value"].split():
+                    errors.append(f"Job/{workload['metadata']['name']}: PREPARE_STEPS `{e['value']}` does not prepare {want_model} ({steps[want_model]})")
+
+    # 4. ServiceMonitors select a Service here and name one of its ports.
+    for sm in by_kind(items, "ServiceMonitor"):
+        sel = sm["spec"]["selector"]["matchLabels"]
+        hits = [s for s in services.values() if sel.items() <= s["metadata"].get("labels", {}).items()]
+        if not hits:
+            errors.append(f"ServiceMonitor/{sm['metadata']['name']}: selector {sel} matches no Service")
+        for ep in sm["spec"]["endpoints"]:
+            if hits and not any(ep["port"] == p.get("name") for s in hits for p in s["spec"]["ports"]):
+                errors.append(f"ServiceMonitor/{sm['metadata']['name']}: port {ep['port']} is not a port of {[s['metadata']['name'] for s in hits]}")
+
+    # 5. The PrometheusRule carries exactly k8s/monitoring/duet.rules.yml, and the HPA's custom
+    #    metric is what the adapter serves from a recorded series.
+    rules = yaml.safe_load(RULES.read_text())
+    for pr in by_kind(items, "PrometheusRule"):
+        if pr["spec"] != rules:
+            errors.append(f"PrometheusRule/{pr['metadata']['name']} differs from {RULES.relative_to(ROOT)}")
+    recorded = {r["record"] for g in rules["groups"] for r in g["rules"] if "record" in r}
+    adapter = yaml.safe_load(ADAPTER.read_text())["rules"]["custom"]
+    served = {}
+    for rule in adapter:
+        series = re.match(r"[^{]+", rule["seriesQuery"]).group(0)
+        if series not in recorded:
+            errors.append(f"adapter rule reads {series}, which no recording rule writes")
+        served[rule["name"]["as"]] = rule
+    for hpa in by_kind(items, "HorizontalPodAutoscaler"):
+        for m in hpa["spec"]["metrics"]:
+            if m["type"] == "Pods" and m["pods"]["metric"]["name"] not in served:
+                errors.append(f"HPA/{hpa['metadata']['name']}: metric {m['pods']['metric']['name']} is not served by the adapter rules")
+
+    # 6. llama-server flags exist in the engine binary (when it is built here).
+    if llama_help is not None:
+        for workload, spec in pod_specs(items):
+            for c in spec.get("containers", []):
+                if image_name(c["image"]) == "duet/llama-server":
+                    for a in c.get("args", []):
+                        if a.startswith("--") and not re.search(rf"(^|[\s,]){re.escape(a)}([\s,=]|$)", llama_help, re.M):
+                            errors.append(f"{workload['metadata']['name']}/{c['name']}: {a} is not a llama-server flag")
+    return errors
+
+
+def adapter_query(namespace: str, pods: list[str]) -> str:
+    """metricsQuery as prometheus-adapter fills it for GET .../namespaces/NS/pods/*/METRIC."""
+    rule = yaml.safe_load(ADAPTER.read_text())["rules"]["custom"][0]
+    series = re.match(r"[^{]+", rule["seriesQuery"]).group(0)
+    matchers = f'namespace="{namespace}",pod=~"{"|".join(pods)}"'
+    return rule["metricsQuery"].replace("<<.Series>>", series).replace("<<.LabelMatchers>>", matchers).replace("<<.GroupBy>>", "pod")
+
+
+def local_prometheus(items: list[dict], spec: dict) -> dict:
+    """A Prometheus config for local processes standing in for pods. SPEC (JSON):
+    {"namespace": "duet", "rules": PATH, "interval": "5s",
+     "services": {SERVICE: [[POD, "host:port"], ...]}}: each ServiceMonitor endpoint of a listed
+    Service becomes a job named after the Service (as the operator names it), one target per
+    pod, labelled namespace/pod/service, scraped at the endpoint's path."""
+    services = {s["metadata"]["name"]: s for s in by_kind(items, "Service")}
+    jobs = []
+    for sm in by_kind(items, "ServiceMonitor"):
+        sel = sm["spec"]["selector"]["matchLabels"]
+        for name, svc in services.items():
+            if name not in spec["services"] or not sel.items() <= svc["metadata"].get("labels", {}).items():
+                continue
+            for ep in sm["spec"]["endpoints"]:
+                jobs.append({
+                    "job_name": name,
+                    "metrics_path": ep.get("path", "/metrics"),
+                    "scrape_interval": spec.get("interval", ep.get("interval", "15s")),
+                    "scrape_timeout": "2s",
+                    "static_configs": [
+                        {"targets": [addr], "labels": {"namespace": spec["namespace"], "pod": pod, "service": name}}
+                        for pod, addr in spec["services"][name]
+                    ],
+                })
+    return {
+        "global": {"scrape_interval": spec.get("interval", "15s"), "evaluation_interval": spec.get("interval", "15s")},
+        "rule_files": [spec["rules"]],
+        "scrape_configs": jobs,
+    }
+
+
+def main() -> int:
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "adapter-query":
+        print(adapter_query(args[0], args[1:]))
+        return 0
+    items = docs()
+    if cmd == "gateway-toml":
+        sys.stdout.write(gateway_toml(items))
+    elif cmd == "schema-docs":
+        keep = []
+        for d in items:
+            if d["apiVersion"].startswith(CRD_GROUPS):
+                print(f"skipped {d['kind']}/{d['metadata']['name']} ({d['apiVersion']}: a CRD kubernetes-validate has no schema for; checked below by the consistency rules)")
+            else:
+                keep.append(d)
+        Path(args[0]).write_text(yaml.safe_dump_all(keep, sort_keys=False))
+    elif cmd == "consistency":
+        llama = Path(args[1]).read_text() if len(args) > 1 and args[1] else None
+        errors = check_consistency(items, Path(args[0]).read_text(), llama)
+        for e in errors:
+            print(f"FAIL {e}")
+        return 1 if errors else 0
+    elif cmd == "local-prometheus":
+        print(yaml.safe_dump(local_prometheus(items, json.loads(args[0])), sort_keys=False))
+    else:
+        sys.exit(f"unknown command {cmd}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
