@@ -263,7 +263,7 @@ async fn connect_once(endpoint: &quinn::Endpoint, cfg: &LinkConfig, generation: 
         .await
         .map_err(|_| (false, "connect timed out".to_string()))?
         .map_err(|e| (false, e.to_string()))?;
-    let hello = hello(&cfg.device_id, &cfg.auth_token, &cfg.tokenizer_fingerprint, &cfg.slm_id);
+    let hello = hello(common::protocol::PROTOCOL_VERSION, &cfg.device_id, &cfg.auth_token, &cfg.tokenizer_fingerprint, &cfg.slm_id);
     let exchange = async {
         let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
         let bytes = encode_frame(&hello, DEFAULT_MAX_FRAME_BYTES).map_err(|e| e.to_string())?;
@@ -282,6 +282,7 @@ async fn connect_once(endpoint: &quinn::Endpoint, cfg: &LinkConfig, generation: 
             }
             HandshakeAnswer::Refused(why) => Err((true, why)),
             HandshakeAnswer::Unexpected(why) => Err((false, why)),
+            HandshakeAnswer::Downgrade { version } => Err((false, format!("the gateway speaks protocol version {version}"))),
         },
     }
 }

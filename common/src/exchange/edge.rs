@@ -12,6 +12,12 @@
 //! Replies pass a [`ReorderBuffer`]: a session applies replies strictly in `seq` order, and a
 //! reply for a seq already resolved (by a fallback, or superseded by a `Full` resend) is
 //! dropped, never applied twice.
+//!
+//! A gateway that drains sends `GoAway` ([`read_push`]); the link then reconnects (see
+//! [`super::failover`]) and, while it does, shows the session the *next* connection's
+//! generation: the escalation in flight is still answered on the old connection and applied
+//! as usual, and the next one is a `Full` sync for the new replica, sent once it is welcomed
+//! (within that escalation's deadline). Nothing falls back and nothing is applied out of order.
 
 use std::time::{Duration, Instant};
 
@@ -397,10 +403,11 @@ struct Encoded {
     full: bool,
 }
 
-/// The first frame a device sends on a new connection.
-pub fn hello(device_id: &str, auth: &str, tokenizer_fingerprint: &str, slm_id: &str) -> Frame {
+/// The first frame a device sends on a new connection, in `protocol_version`
+/// ([`PROTOCOL_VERSION`](crate::protocol::PROTOCOL_VERSION) unless a gateway asked for an older one).
+pub fn hello(protocol_version: u16, device_id: &str, auth: &str, tokenizer_fingerprint: &str, slm_id: &str) -> Frame {
     Frame::Hello {
-        protocol_version: crate::protocol::PROTOCOL_VERSION,
+        protocol_version,
         device_id: device_id.to_string(),
         auth: auth.to_string(),
         tokenizer_fingerprint: tokenizer_fingerprint.to_string(),
@@ -420,6 +427,12 @@ pub enum HandshakeAnswer {
         /// What this connection allows.
         limits: crate::protocol::Limits,
     },
+    /// An older gateway (a rolling upgrade in progress): say `Hello` again, at once, in
+    /// `version`; it will send nothing that version lacks (no `GoAway`).
+    Downgrade {
+        /// The gateway's version, one this device also speaks.
+        version: u16,
+    },
     /// Refused for good (until the device changes something): retry slowly.
     Refused(String),
     /// Not a handshake answer at all: a transient failure, retry normally.
@@ -429,9 +442,12 @@ pub enum HandshakeAnswer {
 /// Read the gateway's answer to `Hello` into what the link does next; a refusal says what to
 /// fix (`our_fingerprint` is quoted when the tokenizers differ).
 pub fn read_handshake(reply: Frame, our_fingerprint: &str) -> HandshakeAnswer {
-    use crate::protocol::{RejectReason, PROTOCOL_VERSION};
+    use crate::protocol::{RejectReason, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
     match reply {
         Frame::Welcome { gateway_id, llm_id, limits } => HandshakeAnswer::Welcome { gateway_id, llm_id, limits },
+        Frame::Reject { reason: RejectReason::Version { supported } } if (MIN_PROTOCOL_VERSION..PROTOCOL_VERSION).contains(&supported) => {
+            HandshakeAnswer::Downgrade { version: supported }
+        }
         Frame::Reject { reason } => HandshakeAnswer::Refused(match reason {
             RejectReason::TokenizerMismatch { expected } => {
                 format!("tokenizer mismatch: the gateway's LLM has tokenizer {expected}, this SLM has {our_fingerprint}")
@@ -442,5 +458,32 @@ pub fn read_handshake(reply: Frame, our_fingerprint: &str) -> HandshakeAnswer {
             RejectReason::Other(why) => why,
         }),
         other => HandshakeAnswer::Unexpected(format!("unexpected {} frame in the handshake", other.kind())),
+    }
+}
+
+/// What a frame the gateway pushed on a stream of its own means to the device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Push {
+    /// The gateway is draining: reconnect now (to `redirect` if given), resync with `Full`
+    /// there, send nothing new on this connection. Not a failure.
+    GoAway {
+        /// Where to go, if the gateway said (and it is a valid `host:port`).
+        redirect: Option<String>,
+    },
+    /// Nothing this device acts on (an unknown or malformed frame), with why, for logs.
+    Ignored(String),
+}
+
+/// Read a frame the gateway pushed (a stream it opened). A `GoAway` whose redirect is not a
+/// valid `host:port` is still a `GoAway`: the device goes, to its own list.
+pub fn read_push(frame: Result<Frame, crate::protocol::CodecError>) -> Push {
+    match frame {
+        Ok(Frame::GoAway { redirect }) => {
+            let checked = Frame::GoAway { redirect: redirect.clone() };
+            let valid = checked.validate(&crate::protocol::ValidationLimits::default()).is_ok();
+            Push::GoAway { redirect: redirect.filter(|_| valid) }
+        }
+        Ok(other) => Push::Ignored(format!("unexpected {} frame pushed by the gateway", other.kind())),
+        Err(e) => Push::Ignored(format!("malformed frame pushed by the gateway: {e}")),
     }
 }

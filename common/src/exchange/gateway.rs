@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use super::constant_time_eq;
-use crate::protocol::{CodecError, ContextError, ContextSync, ErrorCode, Frame, Limits, RejectReason, ValidationLimits, WireSampling, PROTOCOL_VERSION};
+use crate::protocol::{understands_go_away, CodecError, ContextError, ContextSync, ErrorCode, Frame, Limits, RejectReason, ValidationLimits, WireSampling, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 
 /// How long a device has to send `Hello` after connecting.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -36,6 +36,8 @@ pub struct Welcomed {
     pub device_id: String,
     /// Its SLM, for logs.
     pub slm_id: String,
+    /// The protocol version it speaks: what may be sent to it (see [`go_away`]).
+    pub protocol_version: u16,
     /// The `Welcome` to send.
     pub reply: Frame,
 }
@@ -64,7 +66,7 @@ pub fn answer_hello(policy: &HandshakePolicy, limits: Limits, hello: Result<Fram
     let Frame::Hello { protocol_version, device_id, auth, tokenizer_fingerprint, slm_id } = hello else {
         return Err(Refused::new(RejectReason::Other(format!("the first frame must be Hello, not {}", hello.kind()))));
     };
-    if protocol_version != PROTOCOL_VERSION {
+    if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&protocol_version) {
         return Err(Refused::new(RejectReason::Version { supported: PROTOCOL_VERSION }));
     }
     if let Some(token) = &policy.auth_token {
@@ -79,8 +81,19 @@ pub fn answer_hello(policy: &HandshakePolicy, limits: Limits, hello: Result<Fram
         return Err(Refused::new(RejectReason::Other(format!("device_id must be 1..={MAX_DEVICE_ID_BYTES} bytes"))));
     }
     let reply = Frame::Welcome { gateway_id: policy.gateway_id.clone(), llm_id: policy.llm_id.clone(), limits };
-    Ok(Welcomed { device_id, slm_id, reply })
+    Ok(Welcomed { device_id, slm_id, protocol_version, reply })
 }
+
+/// What a draining gateway tells a device that speaks `protocol_version`: `GoAway` (with
+/// `redirect`, if the operator named another replica) for v2 and later; nothing for a v1
+/// device, which cannot decode it and is simply closed at the end of the drain.
+pub fn go_away(protocol_version: u16, redirect: Option<&str>) -> Option<Frame> {
+    understands_go_away(protocol_version).then(|| Frame::GoAway { redirect: redirect.map(str::to_string) })
+}
+
+/// `retry_after_ms` of the `Busy` a draining gateway answers once it stops taking work: about
+/// the time a device needs to reconnect elsewhere.
+pub const DRAINING_RETRY_AFTER_MS: u32 = 500;
 
 /// The refusal for a device beyond the gateway's connection limit.
 pub fn overloaded() -> Refused {

@@ -485,7 +485,7 @@ fn every_outcome_maps_to_the_frame_the_device_expects() {
 fn the_device_reads_each_handshake_answer_into_what_to_do() {
     use super::edge::{hello, read_handshake, HandshakeAnswer};
     let limits = Limits { max_frame_bytes: 1, max_context_tokens: 2, max_sessions: 3, service_time_ms: 4 };
-    let welcome = gateway::answer_hello(&HandshakePolicy { auth_token: None, ..handshake_policy() }, limits, Ok(hello("d", "", FP, "slm"))).unwrap().reply;
+    let welcome = gateway::answer_hello(&HandshakePolicy { auth_token: None, ..handshake_policy() }, limits, Ok(hello(PROTOCOL_VERSION, "d", "", FP, "slm"))).unwrap().reply;
     assert_eq!(read_handshake(welcome, FP), HandshakeAnswer::Welcome { gateway_id: "gw".into(), llm_id: "llm".into(), limits });
     let refused = |reason| match read_handshake(Frame::Reject { reason }, "mine") {
         HandshakeAnswer::Refused(why) => why,
@@ -496,4 +496,82 @@ fn the_device_reads_each_handshake_answer_into_what_to_do() {
     assert!(refused(RejectReason::Version { supported: 7 }).contains('7'));
     assert!(refused(RejectReason::Overloaded).contains("connection limit"));
     assert!(matches!(read_handshake(Frame::Pong { nonce: 1 }, FP), HandshakeAnswer::Unexpected(_)));
+}
+
+#[test]
+fn the_gateway_serves_v1_and_v2_devices_and_sends_go_away_only_to_v2() {
+    let limits = Limits { max_frame_bytes: 1000, max_context_tokens: 100, max_sessions: 4, service_time_ms: 9 };
+    let v1 = gateway::answer_hello(&handshake_policy(), limits, Ok(hello(1, "sesame", FP, "old"))).unwrap();
+    let v2 = gateway::answer_hello(&handshake_policy(), limits, Ok(hello(2, "sesame", FP, "new"))).unwrap();
+    assert_eq!((v1.protocol_version, v2.protocol_version), (1, 2));
+    assert_eq!(gateway::go_away(v1.protocol_version, Some("b:1")), None, "a v1 device cannot decode GoAway");
+    assert_eq!(gateway::go_away(v2.protocol_version, Some("b:1")), Some(Frame::GoAway { redirect: Some("b:1".into()) }));
+    assert_eq!(gateway::go_away(v2.protocol_version, None), Some(Frame::GoAway { redirect: None }));
+    let refuse = |v| gateway::answer_hello(&handshake_policy(), limits, Ok(hello(v, "sesame", FP, "d"))).unwrap_err().reason;
+    assert_eq!(refuse(0), RejectReason::Version { supported: PROTOCOL_VERSION });
+    assert_eq!(refuse(PROTOCOL_VERSION + 1), RejectReason::Version { supported: PROTOCOL_VERSION });
+}
+
+#[test]
+fn a_device_says_hello_again_in_an_older_gateways_version() {
+    use super::edge::{read_handshake, HandshakeAnswer};
+    // What a v1 gateway answers a v2 Hello during a rolling upgrade.
+    let old_gateway = Frame::Reject { reason: RejectReason::Version { supported: 1 } };
+    assert_eq!(read_handshake(old_gateway, FP), HandshakeAnswer::Downgrade { version: 1 });
+    let unknown = Frame::Reject { reason: RejectReason::Version { supported: 0 } };
+    assert!(matches!(read_handshake(unknown, FP), HandshakeAnswer::Refused(_)));
+}
+
+#[test]
+fn a_pushed_go_away_is_read_as_reconnect_now_and_anything_else_is_ignored() {
+    use super::edge::{read_push, Push};
+    let go = |redirect: Option<&str>| read_push(Ok(Frame::GoAway { redirect: redirect.map(Into::into) }));
+    assert_eq!(go(None), Push::GoAway { redirect: None });
+    assert_eq!(go(Some("gw-b:4433")), Push::GoAway { redirect: Some("gw-b:4433".into()) });
+    assert_eq!(go(Some("bad redirect")), Push::GoAway { redirect: None }, "still go, to the device's own list");
+    assert!(matches!(read_push(Ok(Frame::Ping { nonce: 1 })), Push::Ignored(_)));
+    assert!(matches!(read_push(decode_frame(&[1, 0, 0, 0, 200], MAX)), Push::Ignored(_)));
+    // A GoAway is a few bytes on the wire.
+    assert!(encode_frame(&Frame::GoAway { redirect: None }, MAX).unwrap().len() <= 8);
+}
+
+/// A gateway drains while an escalation is in flight: its answer still arrives on the old
+/// connection and is applied; the link moves (the session sees the next generation at once)
+/// and the next escalation resyncs the new replica with `Full`. No fallback, every token is
+/// the gateway's answer for exactly its context, in order.
+#[test]
+fn a_go_away_mid_generation_moves_the_session_to_another_replica_without_a_fallback() {
+    let mut p = Pair::new();
+    let mut ctx: Vec<u32> = (1..40).collect();
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        let t = cloud(p.escalate_served(&ctx, Duration::from_millis(2)));
+        tokens.push(t);
+        ctx.extend([t, 5]);
+    }
+    // Escalation in flight on replica A (generation 1)...
+    let step = p.edge.escalate(&ctx, up(1), p.now);
+    let in_flight = Pair::sent(&step).clone();
+    assert!(!in_flight.full);
+    let answer = p.serve(&in_flight);
+    // ...when A sends GoAway: the link shows the next generation while it reconnects, and A's
+    // answer arrives after that.
+    p.advance(Duration::from_millis(3));
+    let t = cloud_token(p.edge.on_reply(answer, &ctx, p.now));
+    assert_eq!(t, llm(&ctx));
+    tokens.push(t);
+    ctx.extend([t, 6]);
+    // Replica B holds nothing for this session.
+    p.gateway = SessionContext::new();
+    let step = p.edge.escalate(&ctx, up(2), p.now);
+    let resync = Pair::sent(&step).clone();
+    assert!(resync.full, "the new replica gets the whole context");
+    assert!(resync.seq > in_flight.seq, "seqs keep increasing across replicas");
+    let t = cloud_token(p.answer(&resync, &ctx));
+    assert_eq!(t, llm(&ctx));
+    ctx.push(t);
+    let step = p.edge.escalate(&ctx, up(2), p.now);
+    assert!(!Pair::sent(&step).full, "then deltas again");
+    assert_eq!(p.edge.counters().context_missing, 0, "no wasted round trip");
+    assert_eq!(p.edge.counters().stale_replies, 0);
 }

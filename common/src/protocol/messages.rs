@@ -1,8 +1,11 @@
-//! The messages of protocol v1, as one envelope enum.
+//! The messages of the protocol, as one envelope enum.
 //!
 //! bincode writes an enum variant as its index and a struct as its fields in order, with no
 //! names. So: never reorder variants or fields, only append, and bump
-//! [`PROTOCOL_VERSION`](super::PROTOCOL_VERSION) for anything else.
+//! [`PROTOCOL_VERSION`](super::PROTOCOL_VERSION) for anything else. A variant appended in a
+//! later version is never sent to a peer that announced an earlier one (v1 peers cannot
+//! decode [`Frame::GoAway`], so a gateway sends it only to devices that said `Hello` with
+//! version 2 or later).
 
 use serde::{Deserialize, Serialize};
 
@@ -16,7 +19,9 @@ pub enum Frame {
     /// Device → gateway, first frame on the control stream: who is asking and with which
     /// tokenizer, since token ids mean nothing unless both ends share it.
     Hello {
-        /// Must equal [`PROTOCOL_VERSION`](super::PROTOCOL_VERSION).
+        /// The version the device speaks: the gateway serves
+        /// [`MIN_PROTOCOL_VERSION`](super::MIN_PROTOCOL_VERSION)`..=`[`PROTOCOL_VERSION`](super::PROTOCOL_VERSION)
+        /// and sends nothing a device of this version cannot decode.
         protocol_version: u16,
         /// Stable device identity, for per-device limits and logs.
         device_id: String,
@@ -117,6 +122,14 @@ pub enum Frame {
         /// The ping's nonce.
         nonce: u64,
     },
+    /// Gateway → device (v2), alone on a stream the gateway opens: this gateway is draining.
+    /// Reconnect now (to `redirect` if given, else to another of the device's gateway
+    /// addresses) and resync each session with `Full` there; send nothing new on this
+    /// connection, whose answers in flight still arrive. Not a failure: nothing falls back.
+    GoAway {
+        /// Where to reconnect (`host:port`), if the gateway knows better than the device's list.
+        redirect: Option<String>,
+    },
 }
 
 impl Frame {
@@ -135,6 +148,7 @@ impl Frame {
             Frame::EndSession { .. } => "end_session",
             Frame::Ping { .. } => "ping",
             Frame::Pong { .. } => "pong",
+            Frame::GoAway { .. } => "go_away",
         }
     }
 
@@ -337,5 +351,7 @@ mod tests {
         assert_eq!(e.session_seq(), None);
         assert_eq!(Frame::EndSession { session_id: 2 }.session_seq(), Some((2, None)));
         assert_eq!(Frame::Ping { nonce: 1 }.kind(), "ping");
+        assert_eq!(Frame::GoAway { redirect: None }.kind(), "go_away");
+        assert_eq!(Frame::GoAway { redirect: None }.session_seq(), None);
     }
 }

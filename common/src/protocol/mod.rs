@@ -1,4 +1,4 @@
-//! The Duet wire protocol (v1): message types, the frame codec and the pure per-session logic
+//! The Duet wire protocol (v2; v1 devices still served): message types, the frame codec and the pure per-session logic
 //! that both ends run around it.
 //!
 //! Nothing in here touches a socket or an executor, so every rule of the protocol (framing,
@@ -35,13 +35,30 @@ pub use session_context::{ContextError, SessionContext};
 pub use token_ids::{TokenIds, VarintError};
 pub use validate::{ValidationError, ValidationLimits};
 
-/// Version carried in `Hello`; the gateway rejects any other so that both ends never
-/// misinterpret each other's bincode layout (which has no field names or tags to fall back on).
-pub const PROTOCOL_VERSION: u16 = 1;
+/// Version a device announces in `Hello`. bincode has no field names or tags to fall back on,
+/// so both ends must know which layout the other decodes: a gateway serves every version from
+/// [`MIN_PROTOCOL_VERSION`] to this one and never sends a device a frame its version lacks; a
+/// device refused with an older `supported` version says `Hello` again in that version.
+///
+/// v2 adds [`Frame::GoAway`] (graceful drain); everything else is v1's layout.
+pub const PROTOCOL_VERSION: u16 = 2;
+
+/// Oldest version a gateway still serves: v1 devices get no `GoAway` (their connection is
+/// simply closed at the end of a drain).
+pub const MIN_PROTOCOL_VERSION: u16 = 1;
+
+/// Whether a device speaking `version` understands [`Frame::GoAway`].
+pub fn understands_go_away(version: u16) -> bool {
+    version >= 2
+}
 
 /// QUIC ALPN identifier; a peer speaking another protocol fails the TLS handshake instead of
-/// sending us bytes we would try to decode.
+/// sending us bytes we would try to decode. It names the framing (length-prefixed bincode, one
+/// request per stream), which v2 keeps; the message layout's version is `Hello`'s.
 pub const ALPN: &[u8] = b"duet/1";
+
+/// Longest `GoAway::redirect`, in bytes: a `host:port`.
+pub const MAX_REDIRECT_BYTES: usize = 256;
 
 /// Longest deadline a device may ask for, in ms: the gateway caps `Escalate::deadline_ms` here
 /// and the device never asks for more (its prompt pre-sync asks for exactly this).

@@ -98,6 +98,7 @@ fn frame() -> impl Strategy<Value = Frame> {
         any::<u64>().prop_map(|session_id| Frame::EndSession { session_id }),
         any::<u64>().prop_map(|nonce| Frame::Ping { nonce }),
         any::<u64>().prop_map(|nonce| Frame::Pong { nonce }),
+        prop::option::of(text()).prop_map(|redirect| Frame::GoAway { redirect }),
     ]
 }
 

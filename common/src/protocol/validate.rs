@@ -4,6 +4,7 @@
 //! index past the embedding table).
 
 use super::messages::{ErrorCode, Frame, Limits, RejectReason, WireSampling};
+use super::MAX_REDIRECT_BYTES;
 
 /// Length of a lowercase hex SHA-256, the form of `tokenizer_fingerprint`.
 const FINGERPRINT_HEX_LEN: usize = 64;
@@ -75,6 +76,12 @@ pub enum ValidationError {
     /// The tokenizer fingerprint is not 64 lowercase hex digits.
     #[error("tokenizer fingerprint is not a lowercase hex sha256")]
     Fingerprint,
+    /// A `GoAway` redirect is not a short `host:port` of printable characters.
+    #[error("a GoAway redirect must be a host:port of at most {max} printable bytes")]
+    Redirect {
+        /// Limit, bytes.
+        max: usize,
+    },
 }
 
 impl ValidationError {
@@ -133,6 +140,7 @@ impl Frame {
                 }
             }
             Frame::Error { message, .. } => s("message", message),
+            Frame::GoAway { redirect } => redirect.as_deref().map_or(Ok(()), check_redirect),
             Frame::Busy { .. }
             | Frame::ContextMissing { .. }
             | Frame::EndSession { .. }
@@ -157,6 +165,15 @@ fn check_sampling(s: &WireSampling) -> Result<(), ValidationError> {
 fn check_string(field: &'static str, v: &str, max: usize) -> Result<(), ValidationError> {
     if v.len() > max {
         return Err(ValidationError::StringTooLong { field, len: v.len(), max });
+    }
+    Ok(())
+}
+
+/// A redirect is dialled and logged by the device: short, printable, and with a port.
+fn check_redirect(r: &str) -> Result<(), ValidationError> {
+    let printable = r.bytes().all(|b| b.is_ascii_graphic());
+    if r.is_empty() || r.len() > MAX_REDIRECT_BYTES || !printable || !r.contains(':') {
+        return Err(ValidationError::Redirect { max: MAX_REDIRECT_BYTES });
     }
     Ok(())
 }
@@ -256,5 +273,17 @@ mod tests {
         let e = Frame::Error { session_id: None, seq: None, code: ErrorCode::Internal, message: "oops".into() };
         assert!(e.validate(&small).is_err());
         assert_eq!(Frame::Ping { nonce: 1 }.validate(&small), Ok(()));
+    }
+
+    #[test]
+    fn a_go_away_redirect_must_be_a_short_printable_host_and_port() {
+        let lim = ValidationLimits::default();
+        let go = |r: &str| Frame::GoAway { redirect: Some(r.into()) };
+        assert_eq!(Frame::GoAway { redirect: None }.validate(&lim), Ok(()));
+        assert_eq!(go("gw-2.example:4433").validate(&lim), Ok(()));
+        assert_eq!(go("[::1]:4433").validate(&lim), Ok(()));
+        for bad in ["", "no-port", "a b:1", "evil\n:1", &format!("{}:1", "h".repeat(300))] {
+            assert!(matches!(go(bad).validate(&lim), Err(ValidationError::Redirect { .. })), "{bad:?}");
+        }
     }
 }
