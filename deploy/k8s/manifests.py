@@ -9,6 +9,7 @@ checks and the local stand-in of the cluster. Needs PyYAML (deploy/k8s/check's v
                                fail unless the manifests agree with the gateway binary (its
                                --help) and with each other: see check_consistency
   adapter-query NS POD...      the HPA metric's PromQL as prometheus-adapter renders it for POD...
+  prom-vector LABEL...         a Prometheus query answer (stdin) as one line
   local-prometheus SPEC        a Prometheus config scraping local processes as the
                                ServiceMonitors would scrape the pods (SPEC below)
 
@@ -213,8 +214,18 @@ def local_prometheus(items: list[dict], spec: dict) -> dict:
     }
 
 
+def prom_vector(labels: list[str]) -> str:
+    """A Prometheus /api/v1/query answer (stdin) as `label/label=value, ...`."""
+    result = json.load(sys.stdin)["data"]["result"]
+    rows = sorted("/".join(s["metric"].get(l, "?") for l in labels) + "=" + s["value"][1] for s in result)
+    return ", ".join(rows) or "(no series yet)"
+
+
 def main() -> int:
     cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "prom-vector":
+        print(prom_vector(args))
+        return 0
     if cmd == "adapter-query":
         print(adapter_query(args[0], args[1:]))
         return 0
