@@ -126,6 +126,17 @@ pub struct GatewayArgs {
     /// Interval between health checks of each worker, ms.
     #[arg(long, env = "DUET_ENGINE_HEALTH_INTERVAL_MS", default_value_t = pool().health.interval.as_millis() as u64)]
     pub engine_health_interval_ms: u64,
+    /// Longest graceful drain (SIGTERM or POST /drain) from start to exit, seconds. Keep it
+    /// below the orchestrator's limit: Kubernetes' terminationGracePeriodSeconds must cover
+    /// any preStop sleep + this + a few seconds (the default 20 fits its default 30).
+    #[arg(long, env = "DUET_DRAIN_GRACE_SECS", default_value_t = gateway().drain_grace.as_secs())]
+    pub drain_grace_secs: u64,
+    /// Where a drain sends devices (host:port in GoAway); default: to their own gateway list.
+    #[arg(long, env = "DUET_DRAIN_REDIRECT")]
+    pub drain_redirect: Option<String>,
+    /// Bearer token for the HTTP side port's POST /drain; without one /drain is refused.
+    #[arg(long, env = "DUET_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
     /// TOML file of settings: keys are these flags' long names (`engine` takes an array);
     /// unknown keys are refused by name. Flags and DUET_* variables override it.
     #[arg(long, env = "DUET_CONFIG")]
@@ -156,7 +167,13 @@ impl GatewayArgs {
 
     /// What `--check` prints: the settings the gateway would run with, one per line.
     pub fn check_report(&self) -> anyhow::Result<String> {
-        let config = self.gateway_config()?;
+        let mut config = self.gateway_config()?;
+        // Secrets are said to be set, never printed.
+        for secret in [&mut config.auth_token, &mut config.admin_token] {
+            if secret.is_some() {
+                *secret = Some("<set>".into());
+            }
+        }
         let pool = self.pool_config();
         let mut out = format!("{config:#?}\n");
         if pool.engines.is_empty() {
@@ -197,6 +214,9 @@ impl GatewayArgs {
             max_sessions_per_device: self.max_sessions_per_device,
             max_connections: self.max_connections,
             session_idle: Duration::from_secs(self.session_idle_secs),
+            drain_grace: Duration::from_secs(self.drain_grace_secs),
+            drain_redirect: self.drain_redirect.clone(),
+            admin_token: self.admin_token.clone(),
             batcher: BatcherConfig {
                 max_batch: self.max_batch as usize,
                 max_wait: Duration::from_millis(self.max_wait_ms),
@@ -273,6 +293,9 @@ mod tests {
             "--max-wait-ms=7",
             "--queue-capacity=9",
             "--max-connections=2",
+            "--drain-grace-secs=45",
+            "--drain-redirect=gw-b:4433",
+            "--admin-token=root",
         ]);
         let c = args.gateway_config().unwrap();
         assert_eq!(c.listen.to_string(), "0.0.0.0:5000");
@@ -281,6 +304,7 @@ mod tests {
         assert_eq!(c.auth_token.as_deref(), Some("sesame"));
         assert_eq!(c.batcher, BatcherConfig { max_batch: 4, max_wait: Duration::from_millis(7), queue_capacity: 9 });
         assert_eq!(c.max_connections, 2);
+        assert_eq!((c.drain_grace, c.drain_redirect.as_deref(), c.admin_token.as_deref()), (Duration::from_secs(45), Some("gw-b:4433"), Some("root")));
         assert!(GatewayArgs::parse_from(["cloud-gateway", "--queue-capacity=0"]).gateway_config().is_err());
     }
 

@@ -90,6 +90,16 @@ pub struct GatewayConfig {
     pub idle_timeout: Duration,
     /// Batching and admission.
     pub batcher: BatcherConfig,
+    /// How long a graceful drain (SIGTERM, `POST /drain`) may take, start to exit: set the
+    /// orchestrator's own limit above it (Kubernetes: `terminationGracePeriodSeconds` ≥ a
+    /// preStop sleep + this + a few seconds), or it kills the process mid-drain.
+    pub drain_grace: Duration,
+    /// Where a drain sends devices (`GoAway`'s redirect, `host:port`); `None` = to their own
+    /// list of gateways.
+    pub drain_redirect: Option<String>,
+    /// Bearer token of the HTTP side port's admin endpoints (`POST /drain`); `None` turns
+    /// them off.
+    pub admin_token: Option<String>,
 }
 
 impl Default for GatewayConfig {
@@ -106,19 +116,30 @@ impl Default for GatewayConfig {
             session_idle: Duration::from_secs(300),
             idle_timeout: Duration::from_secs(30),
             batcher: BatcherConfig::default(),
+            drain_grace: Duration::from_secs(20),
+            drain_redirect: None,
+            admin_token: None,
         }
     }
 }
 
 impl GatewayConfig {
     /// The configuration a gateway actually runs with: limits that would make it useless are
-    /// refused, the others are brought into their sensible range (a frame limit within
-    /// 1 KiB..=16 MiB, at least one session, connection and second of idle time), and an
-    /// empty auth token means none.
+    /// refused (so is a drain redirect that is not a `host:port`), the others are brought into
+    /// their sensible range (a frame limit within 1 KiB..=16 MiB, at least one session,
+    /// connection and second of idle time and of drain), and an empty auth or admin token
+    /// means none.
     pub fn validated(mut self) -> anyhow::Result<Self> {
         anyhow::ensure!(self.batcher.queue_capacity > 0, "the queue capacity must be > 0");
         anyhow::ensure!(self.batcher.max_batch > 0, "the batch size must be > 0");
         self.auth_token = self.auth_token.filter(|t| !t.is_empty());
+        self.admin_token = self.admin_token.filter(|t| !t.is_empty());
+        self.drain_redirect = self.drain_redirect.filter(|r| !r.is_empty());
+        if let Some(r) = &self.drain_redirect {
+            let frame = common::protocol::Frame::GoAway { redirect: Some(r.clone()) };
+            frame.validate(&common::protocol::ValidationLimits::default()).map_err(|e| anyhow::anyhow!("drain redirect `{r}`: {e}"))?;
+        }
+        self.drain_grace = self.drain_grace.max(Duration::from_secs(1));
         self.max_frame_bytes = self.max_frame_bytes.clamp(MIN_FRAME_BYTES, HARD_MAX_FRAME_BYTES);
         self.max_sessions_per_device = self.max_sessions_per_device.max(1);
         self.max_connections = self.max_connections.max(1);
@@ -145,17 +166,22 @@ mod tests {
     fn validation_refuses_an_empty_queue_and_clamps_the_rest() {
         let zero_queue = GatewayConfig { batcher: BatcherConfig { queue_capacity: 0, ..BatcherConfig::default() }, ..GatewayConfig::default() };
         assert!(zero_queue.validated().is_err());
+        let bad_redirect = GatewayConfig { drain_redirect: Some("no port".into()), ..GatewayConfig::default() };
+        assert!(bad_redirect.validated().unwrap_err().to_string().contains("no port"));
         let odd = GatewayConfig {
             auth_token: Some(String::new()),
             max_frame_bytes: 1,
             max_sessions_per_device: 0,
             max_connections: 0,
             session_idle: Duration::ZERO,
+            admin_token: Some(String::new()),
+            drain_grace: Duration::ZERO,
             ..GatewayConfig::default()
         }
         .validated()
         .unwrap();
-        assert_eq!(odd.auth_token, None);
+        assert_eq!((odd.auth_token, odd.admin_token), (None, None));
+        assert_eq!(odd.drain_grace, Duration::from_secs(1));
         assert_eq!(odd.max_frame_bytes, MIN_FRAME_BYTES);
         assert_eq!((odd.max_sessions_per_device, odd.max_connections), (1, 1));
         assert_eq!(odd.session_idle, Duration::from_secs(1));

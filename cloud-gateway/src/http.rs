@@ -1,13 +1,23 @@
-//! The HTTP side port: Prometheus `/metrics`, liveness `/healthz`, readiness `/readyz`.
+//! The HTTP side port: Prometheus `/metrics`, liveness `/healthz`, readiness `/readyz`, and
+//! the operator's `POST /drain`.
 //!
 //! Separate from QUIC so that an orchestrator (Kubernetes probes, Prometheus) can watch the
 //! gateway with plain HTTP; readiness turns false when the batcher stops or its queue is
-//! full, so a load balancer sends new devices elsewhere before they would get `Busy`.
+//! full, so a load balancer sends new devices elsewhere before they would get `Busy`, and at
+//! once when a drain starts (liveness stays true: a draining gateway must not be killed).
+//! `POST /drain` starts the same drain as SIGTERM; it needs `Authorization: Bearer <admin
+//! token>` and is refused outright when no admin token is configured (the side port is often
+//! reachable by more than the operator).
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
-use axum::{extract::State, http::StatusCode, routing::get, Router};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::response::{IntoResponse, Response};
+use axum::{extract::State, Router};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::state::Shared;
@@ -41,10 +51,34 @@ async fn metrics_text() -> (StatusCode, String) {
 }
 
 async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, String) {
+    if let Some(drain) = shared.draining() {
+        let left = drain.deadline().saturating_duration_since(Instant::now());
+        let connections = shared.connections.load(Ordering::Relaxed);
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("draining: {connections} devices still connected, exiting within {:.1} s\n", left.as_secs_f64()));
+    }
     match shared.queue.not_ready() {
         Some(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
         None => (StatusCode::OK, "ready\n".into()),
     }
+}
+
+/// `POST /drain`: start a graceful drain, as SIGTERM does (idempotent).
+async fn drain(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    let Some(expected) = shared.admin_token.as_deref() else {
+        metrics::counter!("duet_gateway_admin_refused_total").increment(1);
+        let why = "no admin token is configured (--admin-token / DUET_ADMIN_TOKEN): /drain is off; send SIGTERM instead\n";
+        return (StatusCode::FORBIDDEN, why).into_response();
+    };
+    let presented = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
+    if !common::exchange::constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
+        metrics::counter!("duet_gateway_admin_refused_total").increment(1);
+        let why = "a valid admin token is required: Authorization: Bearer <token>\n";
+        return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], why).into_response();
+    }
+    let started = shared.start_drain(Instant::now());
+    let left = shared.draining().map_or(0.0, |d| d.deadline().saturating_duration_since(Instant::now()).as_secs_f64());
+    let what = if started { "draining" } else { "already draining" };
+    (StatusCode::ACCEPTED, format!("{what}: exiting within {left:.1} s\n")).into_response()
 }
 
 /// Bind and serve; returns the bound address (port 0 picks one) and the server task.
@@ -54,6 +88,7 @@ pub async fn serve(addr: SocketAddr, shared: Arc<Shared>) -> anyhow::Result<(Soc
         .route("/metrics", get(metrics_text))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .route("/drain", post(drain))
         .with_state(shared);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;

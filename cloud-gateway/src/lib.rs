@@ -5,14 +5,15 @@
 //! [`transport`] (QUIC listener, one actor per device, frame reading) → [`sessions`] (each
 //! session's token context) → [`batcher`] (queue, cut policy, the actor that owns the
 //! backend) → [`backend`] (the LLM). [`state`] is what connections share, [`config`] every
-//! setting, [`server`] wires it all and [`http`] is the operator's side port; [`cli`] maps the
-//! binary's flags onto [`config::GatewayConfig`].
+//! setting, [`server`] wires it all and [`http`] is the operator's side port; [`drain`] takes
+//! the gateway down gracefully; [`cli`] maps the binary's flags onto [`config::GatewayConfig`].
 
 pub mod backend;
 pub mod batcher;
 pub mod cli;
 pub mod config;
 pub mod dispatch;
+pub mod drain;
 pub mod engine;
 pub mod http;
 pub mod server;

@@ -28,8 +28,21 @@ async fn main() -> anyhow::Result<()> {
         Gateway::start_with_engines(config, pool, facts).await?
     };
     eprintln!("cloud-gateway ready on quic://{} (http {:?})", gateway.local_addr()?, gateway.http_addr);
-    tokio::signal::ctrl_c().await?;
-    tracing::info!("shutting down");
+    // SIGTERM (Kubernetes, systemd) or ctrl-c drains; POST /drain too. A second signal stops at once.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = terminate.recv() => {}
+        _ = gateway.drained() => {}
+    }
+    gateway.drain();
+    tokio::select! {
+        _ = gateway.drained() => tracing::info!("drained; stopping"),
+        _ = tokio::signal::ctrl_c() => tracing::warn!("second signal: stopping now"),
+        _ = terminate.recv() => tracing::warn!("second signal: stopping now"),
+    }
     gateway.shutdown().await;
-    Ok(())
+    // A backend call still running on a blocking thread (cut off at the drain's close) would
+    // hold the runtime's teardown past the grace period: the process ends here.
+    std::process::exit(0)
 }

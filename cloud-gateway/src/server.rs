@@ -1,5 +1,6 @@
-//! The gateway as a whole: wires the listener, the session store, the batcher, session expiry
-//! and the HTTP side port together, and takes them down again.
+//! The gateway as a whole: wires the listener, the session store, the batcher, session expiry,
+//! the drain task and the HTTP side port together, and takes them down again: at once
+//! ([`Gateway::shutdown`]) or gracefully ([`Gateway::drain`], then [`Gateway::drained`]).
 //!
 //! This is the only module that knows every part; the parts know only the shared state
 //! ([`crate::state`]) and the layers below them, so none of them imports another.
@@ -8,6 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::backend::{Backend, ModelFacts};
@@ -27,6 +29,7 @@ pub struct Gateway {
     pub shared: Arc<Shared>,
     /// Bound address of the HTTP side port, if any.
     pub http_addr: Option<SocketAddr>,
+    drained: watch::Receiver<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -56,6 +59,9 @@ impl Gateway {
         let shared = Arc::new(Shared::new(&config, &facts, queue.clone()));
         tasks.push(listener::spawn_accept_loop(endpoint.clone(), shared.clone()));
         tasks.push(spawn_expiry(shared.store.clone(), queue, config.session_idle));
+        let (drained_tx, drained) = watch::channel(false);
+        tasks.push(crate::drain::spawn_drain_task(endpoint.clone(), shared.clone(), drained_tx));
+        metrics::gauge!("duet_gateway_draining").set(0.0);
         let http_addr = match config.http_listen {
             Some(addr) => {
                 let (bound, task) = crate::http::serve(addr, shared.clone()).await?;
@@ -65,12 +71,26 @@ impl Gateway {
             None => None,
         };
         tracing::info!(quic = %endpoint.local_addr()?, http = ?http_addr, llm = %facts.llm_id, "gateway listening");
-        Ok(Self { endpoint, shared, http_addr, tasks })
+        Ok(Self { endpoint, shared, http_addr, drained, tasks })
     }
 
     /// Local QUIC address.
     pub fn local_addr(&self) -> anyhow::Result<SocketAddr> {
         Ok(self.endpoint.local_addr()?)
+    }
+
+    /// Start a graceful drain (as SIGTERM does in the binary): `/readyz` turns false, new devices
+    /// are refused, connected ones get `GoAway`, work already taken is answered, and the
+    /// connections are closed within the configured grace period. `false` if one had started.
+    pub fn drain(&self) -> bool {
+        self.shared.start_drain(Instant::now())
+    }
+
+    /// Wait until a drain (started here or by `POST /drain`) has closed every connection; then
+    /// [`Self::shutdown`] stops the rest. Never returns if no drain starts.
+    pub async fn drained(&self) {
+        let mut rx = self.drained.clone();
+        let _ = rx.wait_for(|done| *done).await;
     }
 
     /// Stop accepting, close every connection and stop the batcher.

@@ -1,5 +1,5 @@
 //! What every connection shares: the limits derived from the configuration and the model,
-//! the session store, the batcher's queue and the connection count.
+//! the session store, the batcher's queue, the connection count and the drain.
 //!
 //! It sits below the transport and the HTTP port (both read it) and above the store and the
 //! batcher (it holds them), so that `server` wires the pieces together without the pieces
@@ -8,9 +8,12 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use common::exchange::gateway::HandshakePolicy;
+use common::exchange::Drain;
 use common::protocol::{Limits, ValidationLimits};
+use tokio::sync::watch;
 
 use crate::backend::ModelFacts;
 use crate::dispatch::Dispatcher;
@@ -37,6 +40,18 @@ pub struct Shared {
     pub queue: Dispatcher,
     /// Devices past the handshake right now.
     pub connections: AtomicUsize,
+    /// Escalations admitted and not yet answered (while draining: not yet acknowledged by
+    /// the device), which a drain waits for before it closes connections.
+    pub open_escalations: AtomicUsize,
+    /// The drain, once one started: connections watch it to send `GoAway`, the listener to
+    /// refuse devices, `/readyz` to say why it is not ready.
+    pub drain: watch::Sender<Option<Drain>>,
+    /// How long a drain may take, start to exit.
+    pub drain_grace: Duration,
+    /// Where a drain sends devices, if somewhere in particular.
+    pub drain_redirect: Option<String>,
+    /// Bearer token of `POST /drain`; `None` = refused.
+    pub admin_token: Option<String>,
 }
 
 impl Shared {
@@ -62,7 +77,38 @@ impl Shared {
             store: Arc::new(SessionStore::new(max_context_tokens, config.max_sessions_per_device)),
             queue,
             connections: AtomicUsize::new(0),
+            open_escalations: AtomicUsize::new(0),
+            drain: watch::Sender::new(None),
+            drain_grace: config.drain_grace,
+            drain_redirect: config.drain_redirect.clone(),
+            admin_token: config.admin_token.clone(),
         }
+    }
+
+    /// Start draining at `now`; `false` if a drain had already started (it keeps its timeline).
+    pub fn start_drain(&self, now: Instant) -> bool {
+        let started = self.drain.send_if_modified(|d| match d {
+            Some(_) => false,
+            None => {
+                *d = Some(Drain::start(now, self.drain_grace));
+                true
+            }
+        });
+        if started {
+            metrics::gauge!("duet_gateway_draining").set(1.0);
+            tracing::warn!(grace_s = self.drain_grace.as_secs_f64(), connections = self.connections.load(Ordering::Relaxed), "draining: refusing new devices, sending GoAway");
+        }
+        started
+    }
+
+    /// The drain in progress, if any.
+    pub fn draining(&self) -> Option<Drain> {
+        *self.drain.borrow()
+    }
+
+    /// Whether an escalation arriving at `now` is still taken (not past the drain's admission).
+    pub fn admits_escalations(&self, now: Instant) -> bool {
+        self.draining().is_none_or(|d| d.admits_escalations(now))
     }
 
     /// The limits announced in `Welcome`, with the batcher's current service time so that a

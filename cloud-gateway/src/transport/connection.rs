@@ -7,12 +7,18 @@
 //! resets the stream. What a device can observe (why a `Hello` is refused, which error a bad
 //! frame gets, which frame answers each outcome) is decided by `common::exchange::gateway`;
 //! this module only moves bytes, applies the store and awaits the batcher.
+//!
+//! When the gateway drains, each connection of a device that speaks v2 gets one `GoAway` on a
+//! unidirectional stream the gateway opens (a v1 device gets nothing: it is served until the
+//! drain stops taking work, then closed); escalations still arriving after the drain's
+//! admission window are answered `Busy`, and answers written while draining are counted open
+//! until the device acknowledges them, so closing the connections loses none.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::exchange::gateway::{self, EscalationOutcome, Refused, Request, HELLO_TIMEOUT};
+use common::exchange::gateway::{self, EscalationOutcome, Refused, Request, DRAINING_RETRY_AFTER_MS, HELLO_TIMEOUT};
 use common::protocol::{encode_frame, CodecError, ContextError, ContextSync, Frame, WireSampling};
 use common::sampling::SamplingParams;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -28,6 +34,9 @@ const CLOSE_REJECTED: u32 = 1;
 /// How long a refused device gets to read its `Reject` (and, beyond the connection limit, to
 /// send its `Hello`) before the connection is closed.
 const REFUSAL_WAIT: Duration = Duration::from_secs(1);
+/// While draining, how long an answer waits for the device's acknowledgement before it no
+/// longer holds the drain open.
+const DRAIN_ACK_WAIT: Duration = Duration::from_secs(2);
 
 /// Messages of a connection actor.
 pub enum ConnMsg {
@@ -51,6 +60,12 @@ pub struct ConnState {
     shared: Arc<Shared>,
 }
 
+/// A device past the handshake.
+struct Device {
+    id: Arc<str>,
+    protocol_version: u16,
+}
+
 /// Accept a connection: handshake, then hand it to a new connection actor.
 pub async fn serve_connection(incoming: quinn::Incoming, shared: Arc<Shared>) {
     let conn = match incoming.await {
@@ -67,7 +82,7 @@ pub async fn serve_connection(incoming: quinn::Incoming, shared: Arc<Shared>) {
             return;
         }
     };
-    if let Err(e) = Actor::spawn(None, ConnectionActor, (conn, device, shared)).await {
+    if let Err(e) = Actor::spawn(None, ConnectionActor, (conn, device.id, device.protocol_version, shared)).await {
         tracing::error!("starting a connection actor: {e}");
     }
 }
@@ -86,8 +101,8 @@ pub async fn refuse_overloaded(incoming: quinn::Incoming, max_frame_bytes: usize
     tracing::info!(remote = %conn.remote_address(), "device refused: at the connection limit");
 }
 
-/// Handshake on the first stream; returns the device id, or refuses and closes the connection.
-async fn handshake(conn: &quinn::Connection, shared: &Shared) -> anyhow::Result<Arc<str>> {
+/// Handshake on the first stream; returns the device, or refuses and closes the connection.
+async fn handshake(conn: &quinn::Connection, shared: &Shared) -> anyhow::Result<Device> {
     let max = shared.max_frame_bytes;
     let (mut send, mut recv) = tokio::time::timeout(HELLO_TIMEOUT, conn.accept_bi()).await??;
     let hello = tokio::time::timeout(HELLO_TIMEOUT, read_frame(&mut recv, max)).await??;
@@ -95,8 +110,8 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> anyhow::Result<
         Ok(welcomed) => {
             send.write_all(&encode_frame(&welcomed.reply, max)?).await?;
             send.finish()?;
-            tracing::info!(device = %welcomed.device_id, slm = %welcomed.slm_id, remote = %conn.remote_address(), "device welcomed");
-            Ok(Arc::from(welcomed.device_id))
+            tracing::info!(device = %welcomed.device_id, slm = %welcomed.slm_id, version = welcomed.protocol_version, remote = %conn.remote_address(), "device welcomed");
+            Ok(Device { id: Arc::from(welcomed.device_id), protocol_version: welcomed.protocol_version })
         }
         Err(refused) => {
             metrics::counter!("duet_gateway_handshakes_rejected_total").increment(1);
@@ -116,10 +131,23 @@ async fn refuse(conn: &quinn::Connection, mut send: quinn::SendStream, refused: 
     conn.close(CLOSE_REJECTED.into(), b"rejected");
 }
 
-/// Read one frame from each new stream and pass it to the actor, until the connection closes.
-async fn accept_streams(conn: quinn::Connection, actor: ActorRef<ConnMsg>, shared: Arc<Shared>, device: Arc<str>) {
+/// Read one frame from each new stream and pass it to the actor, until the connection closes;
+/// when the gateway starts draining, tell the device (`GoAway`, if its version has it).
+async fn accept_streams(conn: quinn::Connection, actor: ActorRef<ConnMsg>, shared: Arc<Shared>, device: Arc<str>, protocol_version: u16) {
+    let mut drain = shared.drain.subscribe();
+    let mut told = false;
     loop {
-        let (send, recv) = match conn.accept_bi().await {
+        let accepted = tokio::select! {
+            s = conn.accept_bi() => s,
+            Ok(_) = drain.wait_for(Option::is_some), if !told => {
+                told = true;
+                if let Some(frame) = gateway::go_away(protocol_version, shared.drain_redirect.as_deref()) {
+                    tokio::spawn(send_go_away(conn.clone(), frame, shared.max_frame_bytes, device.clone()));
+                }
+                continue;
+            }
+        };
+        let (send, recv) = match accepted {
             Ok(s) => s,
             Err(e) => {
                 tracing::info!(%device, "connection closed: {e}");
@@ -129,6 +157,40 @@ async fn accept_streams(conn: quinn::Connection, actor: ActorRef<ConnMsg>, share
         tokio::spawn(read_request(send, recv, actor.clone(), shared.clone()));
     }
     actor.stop(Some("connection closed".into()));
+}
+
+/// Push `GoAway` on a stream of its own: the device reconnects elsewhere and sends nothing
+/// new here, while answers in flight on this connection still reach it.
+async fn send_go_away(conn: quinn::Connection, frame: Frame, max: usize, device: Arc<str>) {
+    let sent = async {
+        let mut send = conn.open_uni().await?;
+        send.write_all(&encode_frame(&frame, max)?).await?;
+        send.finish()?;
+        anyhow::Ok(())
+    };
+    match sent.await {
+        Ok(()) => {
+            metrics::counter!("duet_gateway_goaways_sent_total").increment(1);
+            tracing::debug!(%device, "GoAway sent");
+        }
+        Err(e) => tracing::debug!(%device, "GoAway not sent: {e}"),
+    }
+}
+
+/// One admitted escalation, counted until it is answered (and, while draining, acknowledged).
+struct OpenEscalation(Arc<Shared>);
+
+impl OpenEscalation {
+    fn new(shared: Arc<Shared>) -> Self {
+        shared.open_escalations.fetch_add(1, Ordering::Relaxed);
+        Self(shared)
+    }
+}
+
+impl Drop for OpenEscalation {
+    fn drop(&mut self) {
+        self.0.open_escalations.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Read and classify one request stream, and pass it to the actor (which answers frames that
@@ -218,7 +280,13 @@ impl ConnState {
             }
             Err(StoreError::TooManySessions(limit)) => return answer_now(send, EscalationOutcome::TooManySessions { limit }),
         };
+        if !self.shared.admits_escalations(Instant::now()) {
+            // Draining, past its admission window: fall back at once, reconnect elsewhere.
+            metrics::counter!("duet_gateway_escalations_busy_total").increment(1);
+            return answer_now(send, EscalationOutcome::Busy { retry_after_ms: DRAINING_RETRY_AFTER_MS });
+        }
         let request = BackendRequest { session: key, context: snapshot, sampling: SamplingParams::from(sampling), seq };
+        let open = OpenEscalation::new(self.shared.clone());
         let rx = match self.shared.queue.try_submit(request, received + deadline) {
             Ok(rx) => rx,
             Err(QueueFull { retry_after_ms }) => return answer_now(send, EscalationOutcome::Busy { retry_after_ms }),
@@ -235,6 +303,11 @@ impl ConnState {
                 metrics::histogram!("duet_gateway_escalation_latency_seconds").record(received.elapsed().as_secs_f64());
             }
             write_reply(&mut send, &gateway::reply(session_id, seq, outcome), max).await;
+            if open.0.draining().is_some() {
+                // Closing the connection would discard an answer not yet delivered.
+                let _ = tokio::time::timeout(DRAIN_ACK_WAIT, send.stopped()).await;
+            }
+            drop(open);
         });
     }
 
@@ -250,12 +323,12 @@ impl ConnState {
 impl Actor for ConnectionActor {
     type Msg = ConnMsg;
     type State = ConnState;
-    type Arguments = (quinn::Connection, Arc<str>, Arc<Shared>);
+    type Arguments = (quinn::Connection, Arc<str>, u16, Arc<Shared>);
 
-    async fn pre_start(&self, myself: ActorRef<Self::Msg>, (conn, device, shared): Self::Arguments) -> Result<Self::State, ActorProcessingErr> {
+    async fn pre_start(&self, myself: ActorRef<Self::Msg>, (conn, device, protocol_version, shared): Self::Arguments) -> Result<Self::State, ActorProcessingErr> {
         shared.connections.fetch_add(1, Ordering::Relaxed);
         metrics::gauge!("duet_gateway_connections").increment(1.0);
-        tokio::spawn(accept_streams(conn, myself, shared.clone(), device.clone()));
+        tokio::spawn(accept_streams(conn, myself, shared.clone(), device.clone(), protocol_version));
         Ok(ConnState { device, shared })
     }
 

@@ -2,7 +2,9 @@
 //!
 //! A device beyond the limit is not dropped silently: it completes the TLS handshake and is
 //! answered `Reject { Overloaded }`, so that it knows to back off or try another replica
-//! rather than retrying as if the network had failed.
+//! rather than retrying as if the network had failed. While the gateway drains, new devices
+//! are refused at the QUIC level (`CONNECTION_REFUSED`, no TLS work), which a device reads at
+//! once as "try the next address".
 
 use std::sync::Arc;
 
@@ -25,6 +27,11 @@ pub fn bind(config: &GatewayConfig) -> anyhow::Result<quinn::Endpoint> {
 pub fn spawn_accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>) -> JoinHandle<()> {
     tokio::spawn(async move {
         while let Some(incoming) = endpoint.accept().await {
+            if shared.draining().is_some() {
+                metrics::counter!("duet_gateway_drain_refused_connections_total").increment(1);
+                incoming.refuse();
+                continue;
+            }
             if shared.at_connection_limit() {
                 metrics::counter!("duet_gateway_connections_refused_total").increment(1);
                 tokio::spawn(refuse_overloaded(incoming, shared.max_frame_bytes));

@@ -24,6 +24,6 @@ pub use failover::Failover;
 pub use edge::{EdgeSession, ExchangeCounters, FallbackReason, LinkView, Outcome, Step, Transmit};
 
 /// Compare secrets in time independent of where they differ.
-pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
