@@ -3,6 +3,7 @@
 
 use std::io::{IsTerminal, Write};
 use std::ops::ControlFlow;
+use std::time::Instant;
 
 use anyhow::{bail, Context};
 use clap::Args;
@@ -65,6 +66,11 @@ struct Report<'a> {
     prompt_token_ids: &'a [u32],
     token_ids: Vec<u32>,
     sources: Vec<TokenSource>,
+    /// Per token: the SLM's top probability at that position (null where it was not computed:
+    /// escalated at tau >= 1 and answered), what the fleet simulator's traces replay.
+    top_probs: Vec<Option<f32>>,
+    /// Per token: ms since the previous one (the first: since decoding started, prefill included).
+    token_ms: Vec<f64>,
     pieces: Vec<Piece>,
     #[serde(flatten)]
     stats: DecodeStats,
@@ -80,6 +86,9 @@ struct Printer<'a> {
     stop: Vec<u32>,
     ids: Vec<u32>,
     sources: Vec<TokenSource>,
+    top_probs: Vec<Option<f32>>,
+    token_ms: Vec<f64>,
+    last: Instant,
     pieces: Vec<Piece>,
     write_error: Option<std::io::Error>,
 }
@@ -88,6 +97,10 @@ impl Printer<'_> {
     fn on_token(&mut self, e: Emitted<'_>) -> ControlFlow<()> {
         self.ids.push(e.token);
         self.sources.push(e.source);
+        self.top_probs.push(e.proposal.map(|p| p.stats.top_prob));
+        let now = Instant::now();
+        self.token_ms.push(now.duration_since(self.last).as_secs_f64() * 1e3);
+        self.last = now;
         if self.stop.contains(&e.token) {
             return ControlFlow::Continue(());
         }
@@ -156,6 +169,9 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         stop: lm.stop_tokens().to_vec(),
         ids: Vec::new(),
         sources: Vec::new(),
+        top_probs: Vec::new(),
+        token_ms: Vec::new(),
+        last: Instant::now(),
         pieces: Vec::new(),
         write_error: None,
     };
@@ -164,6 +180,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let gateway = args.cloud.gateway.clone();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let mut stats = rt.block_on(async {
+        printer.last = Instant::now();
         match &gateway {
             None => {
                 let params = DecodeParams { max_new_tokens: args.max_new_tokens, tau: 0.0 };
@@ -201,6 +218,8 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             prompt_token_ids: prompt,
             token_ids: printer.ids,
             sources: printer.sources,
+            top_probs: printer.top_probs,
+            token_ms: printer.token_ms,
             pieces: printer.pieces,
             stats,
             peak_rss_mib: peak_rss_mib(),

@@ -18,9 +18,21 @@ impl FixedCostBackend {
     /// model's tokenizer, vocabulary and context length (so that real devices' frames pass the
     /// gateway's checks), under the id `fixed-cost`.
     pub fn new(cost: Duration, model: &ModelManifest) -> Self {
-        let facts = ModelFacts { llm_id: "fixed-cost".into(), ..ModelFacts::of_manifest(model, model.context_length) };
-        Self { cost, facts }
+        Self::with_facts(cost, ModelFacts::of_manifest(model, model.context_length))
     }
+
+    /// A backend that costs `cost` per batch and announces `facts` (under the id `fixed-cost`):
+    /// no model files needed, e.g. with the tokenizer facts a fleet trace recorded.
+    pub fn with_facts(cost: Duration, facts: ModelFacts) -> Self {
+        Self { cost, facts: ModelFacts { llm_id: "fixed-cost".into(), ..facts } }
+    }
+}
+
+/// The token this backend answers after `context` with a vocabulary of `vocab` ids (FNV-1a of
+/// the ids, modulo the vocabulary): a device can check a cloud token without a model.
+pub fn expected_token(context: &[u32], vocab: usize) -> u32 {
+    let h = context.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &t| (h ^ t as u64).wrapping_mul(0x100_0000_01b3));
+    (h % vocab.max(1) as u64) as u32
 }
 
 impl Backend for FixedCostBackend {
@@ -34,13 +46,6 @@ impl Backend for FixedCostBackend {
         if !self.cost.is_zero() {
             std::thread::sleep(self.cost);
         }
-        let vocab = self.facts.vocab_size.max(1) as u64;
-        batch
-            .iter()
-            .map(|r| {
-                let h = r.context.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &t| (h ^ t as u64).wrapping_mul(0x100_0000_01b3));
-                Ok(BackendToken { token_id: (h % vocab) as u32, logprob: -1.0 })
-            })
-            .collect()
+        batch.iter().map(|r| Ok(BackendToken { token_id: expected_token(&r.context, self.facts.vocab_size), logprob: -1.0 })).collect()
     }
 }

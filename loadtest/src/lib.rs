@@ -4,6 +4,7 @@
 pub mod batching;
 pub mod engines;
 pub mod fixed_backend;
+pub mod fleet;
 pub mod gateway_latency;
 pub mod loopback;
 pub mod relay;

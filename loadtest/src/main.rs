@@ -1,7 +1,7 @@
 //! `loadtest`: measures Duet's gateway and backends. Each subcommand runs its baseline in the
 //! same process and prints one JSON report (BENCHMARKS.md quotes the commands).
 
-use loadtest::{batching, engines, gateway_latency, relay};
+use loadtest::{batching, engines, fleet, gateway_latency, relay};
 
 use clap::{Parser, Subcommand};
 
@@ -29,6 +29,12 @@ enum Command {
     /// A UDP impairment relay between devices and a gateway: delay, jitter, loss, bandwidth
     /// cap, duplication and blackouts of a named network profile (`--list`, `--bench`).
     Relay(relay::cmd::RelayArgs),
+    /// Thousands of simulated devices (the real edge stack, a recorded SLM trace) on impaired
+    /// links against one gateway; every device checks its token stream. JSON + HTML report.
+    Fleet(Box<fleet::FleetArgs>),
+    /// A gateway for fleet tests (fixed-cost backend, embedded LLM or engines): prints its
+    /// addresses as one JSON line and serves until its standard input closes.
+    Gateway(fleet::gateway::GatewayArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -39,5 +45,7 @@ fn main() -> anyhow::Result<()> {
         Command::GatewayLatency(a) => gateway_latency::run(a),
         Command::Engines(a) => engines::run(a),
         Command::Relay(a) => relay::cmd::run(a),
+        Command::Fleet(a) => fleet::run(*a),
+        Command::Gateway(a) => fleet::gateway::run(a),
     }
 }

@@ -84,6 +84,7 @@ pub async fn decode<S: Slm, C: Cloud>(
         if stats.tokens >= params.max_new_tokens {
             break FinishReason::Length;
         }
+        slm.pace().await;
         // At tau >= 1 every token is escalated whatever the router says, so the SLM's view is
         // needed only if the cloud fails to answer.
         let mut proposal = if params.tau >= 1.0 { None } else { Some(slm.propose()?) };

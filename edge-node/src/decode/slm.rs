@@ -29,6 +29,12 @@ pub trait Slm {
     fn stop_tokens(&self) -> &[u32];
     /// Whether one more token fits the context.
     fn has_room(&self) -> bool;
+    /// Wait as long as the next step would take on the device, for a stand-in that replays
+    /// recorded timings without computing (the fleet simulator); a real model computes in
+    /// `start`/`propose` and waits for nothing here.
+    fn pace(&mut self) -> impl std::future::Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 /// The ONNX model with its KV cache and sampler: the device's SLM.

@@ -1,0 +1,99 @@
+//! `loadtest fleet` end to end: a small fleet against a real gateway (fixed-cost backend, its
+//! own process) through the impairment relay passes every device's correctness checks under
+//! `4g` and under blackouts, and bad options are refused with a message that says what to fix.
+//! Kept to about ten seconds of load each; the long measurements are in BENCHMARKS.md.
+
+use std::path::Path;
+use std::process::Command;
+
+use clap::Parser;
+use loadtest::fleet::{self, report, FleetArgs};
+
+/// The command line as `loadtest fleet` parses it.
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: FleetArgs,
+}
+
+fn args(extra: &[&str]) -> FleetArgs {
+    let base = ["fleet", "--devices", "50", "--ramp-up-s", "2", "--duration-s", "8", "--think-time-s", "0.5", "--escalation-rate", "0.15", "--progress-s", "0", "--baseline-devices", "2"];
+    Cli::parse_from(base.iter().chain(extra)).args
+}
+
+fn run(args: FleetArgs) -> report::FleetReport {
+    let plan = fleet::plan(args).expect("the options are valid");
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let result = rt.block_on(fleet::run_fleet(plan, Path::new(env!("CARGO_BIN_EXE_loadtest")))).expect("the fleet runs");
+    let report = report::build(&result);
+    let html = fleet::html::render(&result, &report);
+    assert!(html.contains("<svg") && html.contains("Correctness: 0 violations") && !html.contains("<script"), "a self-contained HTML report");
+    report
+}
+
+fn assert_correct(r: &report::FleetReport) {
+    let c = &r.correctness;
+    assert_eq!(c.violations, 0, "violations: {:?}", c.samples);
+    assert!(c.sessions_checked >= 50, "{c:?}");
+    assert!(c.tokens_checked > 1000 && c.cloud_tokens_checked > 50 && c.contexts_checked >= c.cloud_tokens_checked, "{c:?}");
+}
+
+#[test]
+fn a_small_fleet_on_4g_passes_every_correctness_check() {
+    let r = run(args(&["--profiles", "4g"]));
+    assert_correct(&r);
+    let p = &r.profiles[0];
+    assert_eq!((p.profile.as_str(), p.devices, p.connected), ("4g", 50, 50));
+    assert!(p.goodput > 0.8, "4g answers most escalations in time: {p:?}");
+    assert!(p.escalation_rtt_ms.p50 > 80.0, "the relay's 2 x 50 ms is in the round trip: {:?}", p.escalation_rtt_ms);
+    assert!(p.itl_p99_within_deadline_max && p.stalls == 0, "{:?}", p.itl_ms);
+    assert!(r.gateway.connections_idle >= 50.0 && r.gateway.escalations_received > 0.0, "the gateway's /metrics were scraped: {:?}", r.gateway);
+    assert!(r.gateway.rss_idle_mib.is_some(), "the gateway's own process was sampled");
+    assert!(r.local_only.as_ref().is_some_and(|l| l.tokens > 0 && l.escalated == 0), "the local-only baseline ran");
+    assert!(r.relays[0].up.packets_in > 0 && r.relays[0].up.dropped.loss > 0, "1 % loss was applied: {:?}", r.relays[0].up);
+}
+
+#[test]
+fn a_small_fleet_through_blackouts_passes_every_correctness_check_and_never_stalls() {
+    // `flapping` (4g with a 5 s blackout every 30 s), its schedule compressed so that a
+    // ten-second run sees two blackouts.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("profiles.toml");
+    std::fs::write(&file, "[flapping-fast]\nextends = \"flapping\"\nblackout = { every_s = 5, for_s = 2, offset_s = 3 }\n").expect("write");
+    let r = run(args(&["--profiles", "flapping-fast", "--profiles-file", file.to_str().expect("utf-8")]));
+    assert_correct(&r);
+    let p = &r.profiles[0];
+    assert!(r.relays[0].up.dropped.blackout > 0, "blackouts happened: {:?}", r.relays[0].up.dropped);
+    assert!(p.fallbacks > 0, "escalations fell back during the blackouts");
+    assert_eq!(p.stalls, 0, "no token waited past the deadline's maximum: ITL {:?}", p.itl_ms);
+    assert!(p.itl_ms.max <= r.deadline_max_ms as f64 + 500.0, "{:?}", p.itl_ms);
+    assert!(p.blackouts.is_some());
+}
+
+fn refused(extra: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_loadtest")).arg("fleet").args(extra).output().expect("run loadtest");
+    assert!(!out.status.success(), "{extra:?} was accepted");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn bad_options_are_refused_with_what_to_fix() {
+    for (extra, says) in [
+        (&["--devices", "0"][..], "--devices must be at least 1"),
+        (&["--duration-s", "0"], "--duration-s must be > 0"),
+        (&["--profiles", "5g=10"], "5g"),
+        (&["--profiles", "4g=x"], "weight"),
+        (&["--mix", "poetry=1"], "no `poetry` sessions"),
+        (&["--backend", "gpu"], "fixed-cost[:MS]"),
+        (&["--escalation-rate", "2"], "outside [0, 1]"),
+        (&["--tau", "0.3", "--escalation-rate", "0.1"], "cannot be used with"),
+        (&["--deadline-min-ms", "500", "--deadline-max-ms", "100"], "above --deadline-max-ms"),
+        (&["--trace", "/nonexistent/trace.json"], "reading the trace"),
+        (&["--gateway", "127.0.0.1:4433"], "--ca-cert"),
+    ] {
+        let err = refused(extra);
+        assert!(err.contains(says), "{extra:?}: expected `{says}` in:\n{err}");
+    }
+    let err = refused(&["--profiles", "5g=10"]);
+    assert!(err.contains("4g") && err.contains("direct"), "an unknown profile lists the known ones: {err}");
+}
