@@ -61,7 +61,6 @@ impl Gateway {
         tasks.push(spawn_expiry(shared.store.clone(), queue, config.session_idle));
         let (drained_tx, drained) = watch::channel(false);
         tasks.push(crate::drain::spawn_drain_task(endpoint.clone(), shared.clone(), drained_tx));
-        metrics::gauge!("duet_gateway_draining").set(0.0);
         let http_addr = match config.http_listen {
             Some(addr) => {
                 let (bound, task) = crate::http::serve(addr, shared.clone()).await?;
@@ -70,6 +69,7 @@ impl Gateway {
             }
             None => None,
         };
+        metrics::gauge!("duet_gateway_draining").set(0.0);
         tracing::info!(quic = %endpoint.local_addr()?, http = ?http_addr, llm = %facts.llm_id, "gateway listening");
         Ok(Self { endpoint, shared, http_addr, drained, tasks })
     }

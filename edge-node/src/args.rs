@@ -44,7 +44,10 @@ impl ModelArgs {
 /// Routing to the cloud gateway (off unless --gateway is given).
 #[derive(Debug, Clone, Args)]
 pub struct CloudArgs {
-    /// Gateway address (host:port); without it generation is local-only.
+    /// Gateway address (host:port), or several replicas separated by commas (a,b: a random one
+    /// first, the others on connection loss or GoAway; names are re-resolved on every
+    /// reconnect, so a DNS name with several records works too); without it generation is
+    /// local-only.
     #[arg(long, env = "DUET_GATEWAY")]
     pub gateway: Option<String>,
     /// Escalate a token when the router's confidence is below tau (0 = never, 1 = always).

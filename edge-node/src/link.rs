@@ -6,24 +6,40 @@
 //! once and the decode loop takes the SLM's token. What to send and what replies mean is
 //! decided by the exchange ([`common::exchange`]); the link carries bytes, one request stream
 //! per frame.
+//!
+//! Several replicas: the gateway setting is a list (`a:4433,b:4433`), and each name is resolved
+//! again before every attempt, so a DNS name with several records is a list too. Which address
+//! comes next, and how long to wait first, is [`Failover`]'s decision: a random first pick,
+//! the next address at once after a failure, back-off only after a whole round. Every attempt
+//! uses a fresh UDP socket, so a load balancer keyed on the source port (a Kubernetes UDP
+//! Service's conntrack entry) sees a new flow and may pick another replica.
+//!
+//! Graceful drain: a gateway that drains pushes `GoAway` on a stream it opens. The link then
+//! publishes [`LinkState::Moving`]: the session sees the next connection's generation (so its
+//! next escalation is a `Full` sync), requests wait for the new connection within their own
+//! deadline instead of falling back, and answers in flight on the old connection still arrive
+//! (it closes when the last of them has). The link reconnects at once to the `GoAway`'s
+//! redirect or to another address; if no other replica takes it, it goes on using the drained
+//! one (which serves until its drain stops taking work) and keeps trying.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-use common::exchange::edge::{hello, read_handshake, HandshakeAnswer};
-use common::exchange::LinkView;
-use common::protocol::{decode_frame, encode_frame, Frame, Limits, DEFAULT_MAX_FRAME_BYTES, HARD_MAX_FRAME_BYTES};
+use common::exchange::edge::{hello, read_handshake, read_push, HandshakeAnswer, Push};
+use common::exchange::failover::gateway_list;
+use common::exchange::{Failover, LinkView};
+use common::protocol::{decode_frame, encode_frame, Frame, Limits, DEFAULT_MAX_FRAME_BYTES, HARD_MAX_FRAME_BYTES, PROTOCOL_VERSION};
 use rand::Rng;
 use tokio::sync::watch;
 
 /// How to reach and authenticate to the gateway.
 #[derive(Debug, Clone)]
 pub struct LinkConfig {
-    /// Gateway address (`host:port`).
+    /// Gateway address (`host:port`), or several separated by commas (replicas to fail over
+    /// between); each name may resolve to several addresses.
     pub gateway: String,
     /// TLS server name to verify.
     pub server_name: String,
@@ -72,8 +88,29 @@ pub struct Connected {
     pub conn: quinn::Connection,
     /// Limits from `Welcome`.
     pub limits: Limits,
-    /// Counts connections; a new value means the gateway may have lost session contexts.
+    /// Counts welcomed connections; a new value means the gateway may have lost session
+    /// contexts (another replica holds none).
     pub generation: u64,
+    /// The replica's address.
+    pub addr: SocketAddr,
+    /// Requests waiting for a reply on it: a drained replica's connection is closed once none is.
+    in_flight: Arc<AtomicU64>,
+}
+
+/// A request counted in [`Connected::in_flight`] while it lives.
+struct InFlight(Arc<AtomicU64>);
+
+impl InFlight {
+    fn new(connected: &Connected) -> Self {
+        connected.in_flight.fetch_add(1, Ordering::Relaxed);
+        Self(connected.in_flight.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Connected {
@@ -90,6 +127,9 @@ pub enum LinkState {
     Connecting,
     /// Ready for escalations.
     Up(Connected),
+    /// The gateway behind this (still open) connection is draining (`GoAway`): reconnecting
+    /// elsewhere. New requests wait for the next connection, within their deadline.
+    Moving(Connected),
     /// The gateway refused this device (wrong token, tokenizer or version); retried slowly.
     Rejected(String),
     /// Stopped for good.
@@ -152,10 +192,9 @@ impl Link {
     /// Start the link task; it connects in the background.
     pub fn start(config: LinkConfig) -> anyhow::Result<Self> {
         let client = crate::tls::client_config(config.ca_cert.as_deref(), config.insecure, Duration::from_secs(2))?;
-        let mut endpoint = quinn::Endpoint::client("0.0.0.0:0".parse().context("bind address")?).context("binding the QUIC client socket")?;
-        endpoint.set_default_client_config(client);
+        anyhow::ensure!(!gateway_list(&config.gateway).is_empty(), "no gateway address in `{}`", config.gateway);
         let (tx, rx) = watch::channel(LinkState::Connecting);
-        let task = tokio::spawn(run_link(endpoint, config, tx));
+        let task = tokio::spawn(run_link(client, config, tx));
         Ok(Self { state: rx, counters: Arc::new(LinkCounters::default()), _task: Arc::new(LinkTask(task)) })
     }
 
@@ -164,12 +203,33 @@ impl Link {
         self.state.borrow().clone()
     }
 
-    /// The link as the exchange sees it when it decides.
+    /// The link as the exchange sees it when it decides. While moving to another replica it
+    /// is already the next connection: what the session sends next is a `Full` sync for it.
     pub fn view(&self) -> LinkView {
         match &*self.state.borrow() {
             LinkState::Up(c) => LinkView::Up { generation: c.generation, rtt: c.conn.rtt(), max_frame_bytes: c.max_frame_bytes() },
+            LinkState::Moving(c) => LinkView::Up { generation: c.generation + 1, rtt: c.conn.rtt(), max_frame_bytes: c.max_frame_bytes() },
             _ => LinkView::Down,
         }
+    }
+
+    /// The connection to send a request on: the live one, or while moving, the next one as
+    /// soon as it is welcomed (no later than `deadline`).
+    async fn connection_for(&self, deadline: Instant) -> Result<Connected, LinkError> {
+        let mut rx = self.state.clone();
+        let wait = async {
+            loop {
+                let moving = match &*rx.borrow_and_update() {
+                    LinkState::Up(c) => return Ok(c.clone()),
+                    LinkState::Moving(_) => true,
+                    _ => false,
+                };
+                if !moving || rx.changed().await.is_err() {
+                    return Err(LinkError::Down);
+                }
+            }
+        };
+        tokio::time::timeout_at(deadline.into(), wait).await.unwrap_or(Err(LinkError::Down))
     }
 
     /// Wait until the link is up or `timeout` passes.
@@ -196,7 +256,7 @@ impl Link {
     /// Send one request frame on its own stream and wait for the one-frame reply until
     /// `deadline`. Dropping the streams at the deadline tells the gateway to cancel the work.
     pub async fn request(&self, frame: &Frame, deadline: Instant) -> Result<(Frame, Connected), LinkError> {
-        let LinkState::Up(connected) = self.state() else { return Err(LinkError::Down) };
+        let connected = self.connection_for(deadline).await?;
         let bytes = encode_frame(frame, connected.max_frame_bytes()).map_err(|e| LinkError::BadReply(e.to_string()))?;
         let reply = self.exchange(&connected, &bytes, deadline).await?;
         Ok((reply, connected))
@@ -205,11 +265,12 @@ impl Link {
     /// Send one encoded frame (from the exchange) on its own stream and wait for the reply
     /// until `deadline`.
     pub async fn request_bytes(&self, bytes: &[u8], deadline: Instant) -> Result<Frame, LinkError> {
-        let LinkState::Up(connected) = self.state() else { return Err(LinkError::Down) };
+        let connected = self.connection_for(deadline).await?;
         self.exchange(&connected, bytes, deadline).await
     }
 
     async fn exchange(&self, connected: &Connected, bytes: &[u8], deadline: Instant) -> Result<Frame, LinkError> {
+        let _in_flight = InFlight::new(connected);
         let conn = connected.conn.clone();
         // Replies are small; the gateway's own limit bounds what it may send.
         let max = DEFAULT_MAX_FRAME_BYTES.max(connected.max_frame_bytes());
@@ -251,19 +312,65 @@ impl Link {
     }
 }
 
-async fn resolve(addr: &str) -> anyhow::Result<SocketAddr> {
-    tokio::net::lookup_host(addr).await.with_context(|| format!("resolving {addr}"))?.next().with_context(|| format!("{addr} resolves to nothing"))
+/// Longest frame a gateway pushes (a `GoAway`), and how long reading it may take.
+const PUSH_MAX_BYTES: usize = 1024;
+const PUSH_READ_WAIT: Duration = Duration::from_secs(2);
+/// After a `GoAway`, how long new requests wait for the next connection before the link falls
+/// back to the drained one (which still serves) while it keeps trying.
+const MOVE_PATIENCE: Duration = Duration::from_secs(1);
+
+/// Every address the gateway setting's entries resolve to now, in order (names that do not
+/// resolve are skipped, and logged).
+async fn resolve_all(entries: &[String]) -> Vec<SocketAddr> {
+    let mut out = Vec::new();
+    for entry in entries {
+        match tokio::net::lookup_host(entry.as_str()).await {
+            Ok(addrs) => out.extend(addrs.filter(|a| !out.contains(a)).collect::<Vec<_>>()),
+            Err(e) => tracing::debug!("resolving {entry}: {e}"),
+        }
+    }
+    out
+}
+
+/// Why an attempt did not give a connection.
+enum Attempt {
+    /// Unreachable, timed out, refused at the QUIC level (a draining gateway): try the next.
+    Failed(String),
+    /// Refused in the handshake (credential, tokenizer, version): every replica would say so.
+    Refused(String),
+    /// An older gateway: say `Hello` again in its version.
+    Downgrade(u16),
+}
+
+/// A client endpoint on a fresh UDP socket of `addr`'s family.
+fn client_endpoint(client: &quinn::ClientConfig, addr: SocketAddr) -> Result<quinn::Endpoint, Attempt> {
+    let bind: SocketAddr = if addr.is_ipv6() { (Ipv6Addr::UNSPECIFIED, 0).into() } else { (Ipv4Addr::UNSPECIFIED, 0).into() };
+    let mut endpoint = quinn::Endpoint::client(bind).map_err(|e| Attempt::Failed(format!("binding a UDP socket: {e}")))?;
+    endpoint.set_default_client_config(client.clone());
+    Ok(endpoint)
+}
+
+/// Connect to `addr` and handshake, in this device's protocol version or, if the gateway is
+/// older, in its version.
+async fn connect(client: &quinn::ClientConfig, addr: SocketAddr, cfg: &LinkConfig, generation: u64) -> Result<Connected, Attempt> {
+    match connect_once(client, addr, cfg, PROTOCOL_VERSION, generation).await {
+        Err(Attempt::Downgrade(version)) => match connect_once(client, addr, cfg, version, generation).await {
+            Err(Attempt::Downgrade(v)) => Err(Attempt::Failed(format!("the gateway asked for protocol version {v} twice"))),
+            other => other,
+        },
+        other => other,
+    }
 }
 
 /// Connect and handshake once.
-async fn connect_once(endpoint: &quinn::Endpoint, cfg: &LinkConfig, generation: u64) -> Result<Connected, (bool, String)> {
-    let addr = resolve(&cfg.gateway).await.map_err(|e| (false, e.to_string()))?;
-    let connecting = endpoint.connect(addr, &cfg.server_name).map_err(|e| (false, e.to_string()))?;
+async fn connect_once(client: &quinn::ClientConfig, addr: SocketAddr, cfg: &LinkConfig, version: u16, generation: u64) -> Result<Connected, Attempt> {
+    let endpoint = client_endpoint(client, addr)?;
+    let connecting = endpoint.connect(addr, &cfg.server_name).map_err(|e| Attempt::Failed(e.to_string()))?;
     let conn = tokio::time::timeout(Duration::from_secs(5), connecting)
         .await
-        .map_err(|_| (false, "connect timed out".to_string()))?
-        .map_err(|e| (false, e.to_string()))?;
-    let hello = hello(common::protocol::PROTOCOL_VERSION, &cfg.device_id, &cfg.auth_token, &cfg.tokenizer_fingerprint, &cfg.slm_id);
+        .map_err(|_| Attempt::Failed("connect timed out".to_string()))?
+        .map_err(|e| Attempt::Failed(e.to_string()))?;
+    let hello = hello(version, &cfg.device_id, &cfg.auth_token, &cfg.tokenizer_fingerprint, &cfg.slm_id);
     let exchange = async {
         let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
         let bytes = encode_frame(&hello, DEFAULT_MAX_FRAME_BYTES).map_err(|e| e.to_string())?;
@@ -273,53 +380,182 @@ async fn connect_once(endpoint: &quinn::Endpoint, cfg: &LinkConfig, generation: 
         decode_frame(&reply, DEFAULT_MAX_FRAME_BYTES).map_err(|e| e.to_string())
     };
     match tokio::time::timeout(Duration::from_secs(5), exchange).await {
-        Err(_) => Err((false, "handshake timed out".into())),
-        Ok(Err(e)) => Err((false, format!("handshake: {e}"))),
+        Err(_) => Err(Attempt::Failed("handshake timed out".into())),
+        Ok(Err(e)) => Err(Attempt::Failed(format!("handshake: {e}"))),
         Ok(Ok(reply)) => match read_handshake(reply, &cfg.tokenizer_fingerprint) {
             HandshakeAnswer::Welcome { gateway_id, llm_id, limits } => {
-                tracing::info!(%gateway_id, %llm_id, rtt_ms = conn.rtt().as_millis() as u64, "connected to the gateway");
-                Ok(Connected { conn, limits, generation })
+                tracing::info!(%gateway_id, %llm_id, %addr, version, rtt_ms = conn.rtt().as_millis() as u64, "connected to the gateway");
+                Ok(Connected { conn, limits, generation, addr, in_flight: Arc::default() })
             }
-            HandshakeAnswer::Refused(why) => Err((true, why)),
-            HandshakeAnswer::Unexpected(why) => Err((false, why)),
-            HandshakeAnswer::Downgrade { version } => Err((false, format!("the gateway speaks protocol version {version}"))),
+            HandshakeAnswer::Downgrade { version } => Err(Attempt::Downgrade(version)),
+            HandshakeAnswer::Refused(why) => Err(Attempt::Refused(why)),
+            HandshakeAnswer::Unexpected(why) => Err(Attempt::Failed(why)),
         },
     }
 }
 
-async fn run_link(endpoint: quinn::Endpoint, cfg: LinkConfig, tx: watch::Sender<LinkState>) {
-    let mut backoff = cfg.backoff_min;
-    let mut generation = 0u64;
+/// How a welcomed connection ended.
+enum Ended {
+    /// Closed or lost.
+    Lost(String),
+    /// The gateway is draining: go (to `redirect` if given).
+    GoAway(Option<String>),
+}
+
+/// Wait until the connection ends, or its gateway pushes `GoAway`.
+async fn watch_connection(conn: &quinn::Connection) -> Ended {
     loop {
-        generation += 1;
-        match connect_once(&endpoint, &cfg, generation).await {
+        let mut recv = tokio::select! {
+            reason = conn.closed() => return Ended::Lost(reason.to_string()),
+            uni = conn.accept_uni() => match uni {
+                Ok(recv) => recv,
+                Err(e) => return Ended::Lost(e.to_string()),
+            },
+        };
+        let frame = match tokio::time::timeout(PUSH_READ_WAIT, recv.read_to_end(PUSH_MAX_BYTES + 4)).await {
+            Ok(Ok(bytes)) => decode_frame(&bytes, PUSH_MAX_BYTES),
+            Ok(Err(e)) => {
+                tracing::debug!("reading a pushed frame: {e}");
+                continue;
+            }
+            Err(_) => continue,
+        };
+        match read_push(frame) {
+            Push::GoAway { redirect } => return Ended::GoAway(redirect),
+            Push::Ignored(why) => tracing::debug!("{why}"),
+        }
+    }
+}
+
+/// What the link offers while it has no new connection: a drained replica's connection that is
+/// still open (it serves until its drain stops taking work), else `otherwise`.
+fn fallback_state(previous: &mut Option<Connected>, otherwise: LinkState) -> LinkState {
+    match previous.take().filter(|p| p.conn.close_reason().is_none()) {
+        Some(p) => {
+            *previous = Some(p.clone());
+            LinkState::Up(p)
+        }
+        None => otherwise,
+    }
+}
+
+async fn run_link(client: quinn::ClientConfig, cfg: LinkConfig, tx: watch::Sender<LinkState>) {
+    let entries = gateway_list(&cfg.gateway);
+    let mut failover = Failover::new(cfg.backoff_min, cfg.backoff_max, rand::rng().random::<u32>() as usize);
+    let mut generation = 0u64;
+    // The connection of a replica that sent GoAway, kept until another one is welcomed.
+    let mut previous: Option<Connected> = None;
+    loop {
+        let mut candidates = match failover.take_redirect() {
+            Some(redirect) => resolve_all(&[redirect]).await,
+            None => Vec::new(),
+        };
+        if candidates.is_empty() {
+            candidates = resolve_all(&entries).await;
+        }
+        let Some(addr) = failover.pick(&candidates) else {
+            tracing::debug!("no address of {} resolves", cfg.gateway);
+            let wait = failover.failed(1);
+            tx.send_replace(fallback_state(&mut previous, LinkState::Connecting));
+            sleep_jittered(wait).await;
+            continue;
+        };
+        let attempt = connect(&client, addr, &cfg, generation + 1);
+        tokio::pin!(attempt);
+        let result = if matches!(&*tx.borrow(), LinkState::Moving(_)) {
+            tokio::select! {
+                r = &mut attempt => r,
+                _ = tokio::time::sleep(MOVE_PATIENCE) => {
+                    // Slow to move: meanwhile, serve on the drained replica.
+                    tx.send_replace(fallback_state(&mut previous, LinkState::Connecting));
+                    attempt.await
+                }
+            }
+        } else {
+            attempt.await
+        };
+        let wait = match result {
             Ok(connected) => {
-                backoff = cfg.backoff_min;
+                generation += 1;
+                failover.connected();
+                if let Some(drained) = previous.take() {
+                    tokio::spawn(close_when_answered(drained));
+                }
                 let conn = connected.conn.clone();
-                if tx.send(LinkState::Up(connected)).is_err() {
+                if tx.send(LinkState::Up(connected.clone())).is_err() {
                     return;
                 }
-                let reason = conn.closed().await;
-                tracing::warn!("gateway connection lost: {reason}; reconnecting");
-                let _ = tx.send(LinkState::Connecting);
-            }
-            Err((rejected, why)) => {
-                if rejected {
-                    tracing::error!("gateway refused this device: {why}");
-                    let _ = tx.send(LinkState::Rejected(why));
-                    backoff = cfg.backoff_max;
-                } else {
-                    tracing::debug!("connecting to {}: {why}", cfg.gateway);
+                match watch_connection(&conn).await {
+                    Ended::Lost(reason) => {
+                        tracing::warn!(%addr, "gateway connection lost: {reason}; reconnecting");
+                        tx.send_replace(LinkState::Connecting);
+                        failover.lost(addr)
+                    }
+                    Ended::GoAway(redirect) => {
+                        tracing::info!(%addr, ?redirect, "the gateway is draining (GoAway): moving to another replica");
+                        previous = Some(connected.clone());
+                        tx.send_replace(LinkState::Moving(connected));
+                        failover.go_away(addr, redirect)
+                    }
                 }
             }
-        }
+            Err(Attempt::Refused(why)) => {
+                tracing::error!(%addr, "gateway refused this device: {why}");
+                tx.send_replace(fallback_state(&mut previous, LinkState::Rejected(why)));
+                failover.refused(candidates.len())
+            }
+            Err(Attempt::Failed(why)) => {
+                tracing::debug!(%addr, "connecting: {why}");
+                tx.send_replace(fallback_state(&mut previous, LinkState::Connecting));
+                failover.failed(candidates.len())
+            }
+            Err(Attempt::Downgrade(version)) => {
+                tracing::debug!(%addr, version, "connecting: asked to downgrade twice");
+                tx.send_replace(fallback_state(&mut previous, LinkState::Connecting));
+                failover.failed(candidates.len())
+            }
+        };
         if tx.is_closed() {
             return;
         }
-        let jitter = rand::rng().random_range(0.5..1.5);
-        tokio::time::sleep(backoff.mul_f64(jitter)).await;
-        backoff = (backoff * 2).min(cfg.backoff_max);
+        match previous.clone() {
+            // While a drained replica still serves, retry without hurry but notice its close.
+            Some(p) if !wait.is_zero() => {
+                tokio::select! {
+                    _ = sleep_jittered(wait) => {}
+                    _ = p.conn.closed() => {
+                        previous = None;
+                        if matches!(&*tx.borrow(), LinkState::Up(c) if c.generation == p.generation) {
+                            tx.send_replace(LinkState::Connecting);
+                        }
+                    }
+                }
+            }
+            _ => sleep_jittered(wait).await,
+        }
     }
+}
+
+/// Close a drained replica's connection once the requests sent on it have their answers (or
+/// could no longer be waiting for one), so that its drain ends early.
+async fn close_when_answered(drained: Connected) {
+    let give_up = Instant::now() + Duration::from_millis(u64::from(common::protocol::MAX_DEADLINE_MS));
+    while drained.in_flight.load(Ordering::Relaxed) > 0 && Instant::now() < give_up {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+            _ = drained.conn.closed() => return,
+        }
+    }
+    drained.conn.close(0u32.into(), b"moved to another replica");
+}
+
+/// Sleep `wait` times a random factor in [0.5, 1.5), so a fleet does not reconnect in step.
+async fn sleep_jittered(wait: Duration) {
+    if wait.is_zero() {
+        return;
+    }
+    let jitter = rand::rng().random_range(0.5..1.5);
+    tokio::time::sleep(wait.mul_f64(jitter)).await;
 }
 
 /// Next session id of this device. Small on purpose: bincode spends 1 byte on values below
