@@ -1,4 +1,6 @@
-//! Framing: a `u32` little-endian payload length, then the bincode-2 encoding of one [`Frame`].
+//! Framing: a `u32` little-endian payload length, then the bincode-2 encoding of one [`Frame`];
+//! an `Escalate` payload may end with a 26-byte [`TraceContext`] (v3), any other trailing byte
+//! is an error.
 //!
 //! Size limits are enforced on the length prefix before any payload is buffered, and bincode
 //! runs with an allocation limit so a small frame cannot claim a huge string. A frame that
@@ -8,6 +10,7 @@
 use bincode::config::{self, Config};
 
 use super::messages::Frame;
+use super::trace_context::{TraceContext, TRACE_CONTEXT_BYTES};
 
 /// Size of the length prefix in front of every payload.
 pub const LENGTH_PREFIX_BYTES: usize = 4;
@@ -71,9 +74,45 @@ pub fn encode_frame(frame: &Frame, max_frame_bytes: usize) -> Result<Vec<u8>, Co
     Ok(out)
 }
 
+/// Encode one frame, followed by `trace` when given: the optional trace context of an
+/// `Escalate` (none = not a byte more than [`encode_frame`]). Only an `Escalate` carries one.
+pub fn encode_frame_traced(frame: &Frame, trace: Option<&TraceContext>, max_frame_bytes: usize) -> Result<Vec<u8>, CodecError> {
+    let mut bytes = encode_frame(frame, max_frame_bytes)?;
+    if let Some(tc) = trace {
+        if !matches!(frame, Frame::Escalate { .. }) {
+            return Err(CodecError::Encode(format!("a trace context rides only on escalate, not {}", frame.kind())));
+        }
+        attach_trace_context(&mut bytes, tc, max_frame_bytes)?;
+    }
+    Ok(bytes)
+}
+
+/// Append `trace` to an encoded `Escalate` frame (its length prefix included), as
+/// [`encode_frame_traced`] would have written it; refused, leaving `frame` as it was, if the
+/// result would exceed `max_frame_bytes` of payload. The caller vouches that `frame` is one
+/// complete `Escalate` (a gateway refuses a trace context behind anything else).
+pub fn attach_trace_context(frame: &mut Vec<u8>, trace: &TraceContext, max_frame_bytes: usize) -> Result<(), CodecError> {
+    let len = read_prefix(frame)?;
+    if frame.len() != LENGTH_PREFIX_BYTES.saturating_add(len) {
+        return Err(CodecError::Encode("not one complete frame".into()));
+    }
+    let max = effective_max(max_frame_bytes);
+    let new_len = len + TRACE_CONTEXT_BYTES;
+    let prefix = u32::try_from(new_len).ok().filter(|_| new_len <= max).ok_or(CodecError::Oversize { len: new_len, max })?;
+    frame[..LENGTH_PREFIX_BYTES].copy_from_slice(&prefix.to_le_bytes());
+    frame.extend_from_slice(&trace.to_bytes());
+    Ok(())
+}
+
 /// Decode exactly one complete frame (prefix included); anything after it is an error, so a
-/// message-per-stream transport notices a peer that sends more than it should.
+/// message-per-stream transport notices a peer that sends more than it should. An `Escalate`'s
+/// trace context is accepted and dropped ([`decode_frame_traced`] returns it).
 pub fn decode_frame(bytes: &[u8], max_frame_bytes: usize) -> Result<Frame, CodecError> {
+    decode_frame_traced(bytes, max_frame_bytes).map(|(frame, _)| frame)
+}
+
+/// [`decode_frame`], with the trace context an `Escalate` carried, if any.
+pub fn decode_frame_traced(bytes: &[u8], max_frame_bytes: usize) -> Result<(Frame, Option<TraceContext>), CodecError> {
     let max = effective_max(max_frame_bytes);
     let len = read_prefix(bytes)?;
     if len > max {
@@ -100,13 +139,19 @@ fn read_prefix(bytes: &[u8]) -> Result<usize, CodecError> {
     Ok(usize::try_from(u32::from_le_bytes(prefix)).unwrap_or(usize::MAX))
 }
 
-/// Decode one payload (no prefix) that must be consumed entirely.
-fn decode_payload(payload: &[u8]) -> Result<Frame, CodecError> {
+/// Decode one payload (no prefix) that must be consumed entirely: one frame, and after an
+/// `Escalate` optionally its trace context (exactly [`TRACE_CONTEXT_BYTES`], a valid one).
+fn decode_payload(payload: &[u8]) -> Result<(Frame, Option<TraceContext>), CodecError> {
     let (frame, used) = decode_with_limit(payload)?;
-    if used != payload.len() {
-        return Err(CodecError::TrailingBytes(payload.len().saturating_sub(used)));
+    let rest = payload.get(used..).unwrap_or_default();
+    match <&[u8; TRACE_CONTEXT_BYTES]>::try_from(rest) {
+        _ if rest.is_empty() => Ok((frame, None)),
+        Ok(trailer) if matches!(frame, Frame::Escalate { .. }) => match TraceContext::from_bytes(trailer) {
+            Ok(tc) => Ok((frame, Some(tc))),
+            Err(e) => Err(CodecError::Malformed(format!("trace context: {e}"))),
+        },
+        _ => Err(CodecError::TrailingBytes(rest.len())),
     }
-    Ok(frame)
 }
 
 /// bincode counts every value it decodes against its limit at in-memory size (a varint u64
@@ -178,8 +223,14 @@ impl FrameDecoder {
 
     /// The next complete frame, `Ok(None)` if more bytes are needed. A malformed payload is
     /// consumed and reported, so the caller may answer `Error` and carry on (framing is
-    /// intact); an oversize prefix poisons the decoder because framing is lost.
+    /// intact); an oversize prefix poisons the decoder because framing is lost. An `Escalate`'s
+    /// trace context is dropped ([`Self::next_frame_traced`] returns it).
     pub fn next_frame(&mut self) -> Result<Option<Frame>, CodecError> {
+        self.next_frame_traced().map(|f| f.map(|(frame, _)| frame))
+    }
+
+    /// [`Self::next_frame`], with the trace context an `Escalate` carried, if any.
+    pub fn next_frame_traced(&mut self) -> Result<Option<(Frame, Option<TraceContext>)>, CodecError> {
         if self.poisoned {
             return Err(CodecError::Poisoned);
         }
@@ -356,6 +407,71 @@ mod tests {
         assert!(matches!(d.next_frame(), Err(CodecError::Malformed(_))));
         assert_eq!(d.next_frame(), Ok(Some(ping(9))));
         assert!(!d.is_poisoned());
+    }
+
+    fn trace() -> TraceContext {
+        TraceContext::sampled([0xab; 16], [0xcd; 8]).unwrap()
+    }
+
+    #[test]
+    fn a_trace_context_costs_an_escalation_exactly_26_bytes_and_nothing_when_absent() {
+        let f = escalate(vec![1, 2, 3]);
+        let plain = encode_frame(&f, MAX).unwrap();
+        assert_eq!(encode_frame_traced(&f, None, MAX).unwrap(), plain);
+        let traced = encode_frame_traced(&f, Some(&trace()), MAX).unwrap();
+        assert_eq!(traced.len(), plain.len() + 26);
+        assert_eq!(decode_frame_traced(&traced, MAX), Ok((f.clone(), Some(trace()))));
+        assert_eq!(decode_frame_traced(&plain, MAX), Ok((f.clone(), None)));
+        assert_eq!(decode_frame(&traced, MAX), Ok(f.clone()), "the plain decoder accepts and drops it");
+        let mut attached = plain.clone();
+        attach_trace_context(&mut attached, &trace(), MAX).unwrap();
+        assert_eq!(attached, traced);
+    }
+
+    #[test]
+    fn a_trace_context_behind_anything_but_an_escalation_is_trailing_bytes() {
+        assert!(matches!(encode_frame_traced(&ping(1), Some(&trace()), MAX), Err(CodecError::Encode(_))));
+        let mut bytes = encode_frame(&ping(1), MAX).unwrap();
+        attach_trace_context(&mut bytes, &trace(), MAX).unwrap();
+        assert_eq!(decode_frame_traced(&bytes, MAX), Err(CodecError::TrailingBytes(26)));
+        // 25 or 27 bytes behind an escalation are not a trace context either.
+        let mut short = encode_frame_traced(&escalate(vec![1]), Some(&trace()), MAX).unwrap();
+        short.pop();
+        let len = (short.len() - 4) as u32;
+        short[..4].copy_from_slice(&len.to_le_bytes());
+        assert_eq!(decode_frame_traced(&short, MAX), Err(CodecError::TrailingBytes(25)));
+    }
+
+    #[test]
+    fn an_invalid_trace_context_is_malformed() {
+        let mut bytes = encode_frame_traced(&escalate(vec![1]), Some(&trace()), MAX).unwrap();
+        let n = bytes.len();
+        bytes[n - 26] = 7; // version 7
+        assert!(matches!(decode_frame_traced(&bytes, MAX), Err(CodecError::Malformed(m)) if m.contains("version")));
+        bytes[n - 26] = 0;
+        bytes[n - 25..n - 9].fill(0); // zero trace id
+        assert!(matches!(decode_frame_traced(&bytes, MAX), Err(CodecError::Malformed(_))));
+    }
+
+    #[test]
+    fn attaching_a_trace_context_respects_the_frame_limit() {
+        let plain = encode_frame(&escalate(vec![1, 2]), MAX).unwrap();
+        let payload = plain.len() - 4;
+        let mut bytes = plain.clone();
+        assert_eq!(attach_trace_context(&mut bytes, &trace(), payload + 25), Err(CodecError::Oversize { len: payload + 26, max: payload + 25 }));
+        assert_eq!(bytes, plain, "left as it was");
+        assert!(attach_trace_context(&mut bytes, &trace(), payload + 26).is_ok());
+        let mut torn = plain[..plain.len() - 1].to_vec();
+        assert!(matches!(attach_trace_context(&mut torn, &trace(), MAX), Err(CodecError::Encode(_))));
+    }
+
+    #[test]
+    fn the_stream_decoder_returns_a_trace_context_with_its_escalation() {
+        let mut d = FrameDecoder::new(MAX);
+        d.push(&encode_frame_traced(&escalate(vec![4]), Some(&trace()), MAX).unwrap());
+        d.push(&encode_frame(&ping(2), MAX).unwrap());
+        assert_eq!(d.next_frame_traced(), Ok(Some((escalate(vec![4]), Some(trace())))));
+        assert_eq!(d.next_frame_traced(), Ok(Some((ping(2), None))));
     }
 
     #[test]

@@ -47,6 +47,9 @@ pub enum Frame {
         reason: RejectReason,
     },
     /// Device → gateway: produce the one token that follows this session's context.
+    ///
+    /// v3: the payload may end with a 26-byte W3C trace context (sampled escalations only; see
+    /// [`super::trace_context`]), outside these fields so that it costs nothing when absent.
     Escalate {
         /// Device-chosen session id, unique on this device. Small numbers (a counter) keep
         /// the frame compact: bincode spends 1 byte below 251 and 9 bytes on a random u64.

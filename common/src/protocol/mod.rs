@@ -1,4 +1,4 @@
-//! The Duet wire protocol (v2; v1 devices still served): message types, the frame codec and the pure per-session logic
+//! The Duet wire protocol (v3; v1 and v2 devices still served): message types, the frame codec and the pure per-session logic
 //! that both ends run around it.
 //!
 //! Nothing in here touches a socket or an executor, so every rule of the protocol (framing,
@@ -11,6 +11,7 @@
 //! - [`messages`]: the [`Frame`] envelope and the types inside it.
 //! - [`token_ids`]: the compact LEB128 encoding of token id lists.
 //! - [`codec`]: length-prefixed bincode framing with hard size limits.
+//! - [`trace_context`]: the optional W3C trace context behind an `Escalate` (v3).
 //! - [`validate`]: semantic checks on decoded frames (counts, floats, strings).
 //! - [`session_context`]: the gateway's copy of a session's tokens and its seq rules.
 //! - [`context_tracker`]: the edge's view of what the gateway holds, producing deltas.
@@ -22,17 +23,19 @@ pub mod messages;
 pub mod reorder;
 pub mod session_context;
 pub mod token_ids;
+pub mod trace_context;
 pub mod validate;
 
 #[cfg(test)]
 mod proptests;
 
-pub use codec::{decode_frame, encode_frame, CodecError, FrameDecoder, HARD_MAX_FRAME_BYTES, LENGTH_PREFIX_BYTES};
+pub use codec::{attach_trace_context, decode_frame, decode_frame_traced, encode_frame, encode_frame_traced, CodecError, FrameDecoder, HARD_MAX_FRAME_BYTES, LENGTH_PREFIX_BYTES};
 pub use context_tracker::{ContextTracker, OutgoingSync};
 pub use messages::{ContextSync, ErrorCode, Frame, Limits, RejectReason, WireSampling};
 pub use reorder::{Inserted, ReorderBuffer, ReorderError};
 pub use session_context::{ContextError, SessionContext};
 pub use token_ids::{TokenIds, VarintError};
+pub use trace_context::{TraceContext, TRACE_CONTEXT_BYTES};
 pub use validate::{ValidationError, ValidationLimits};
 
 /// Version a device announces in `Hello`. bincode has no field names or tags to fall back on,
@@ -40,8 +43,10 @@ pub use validate::{ValidationError, ValidationLimits};
 /// [`MIN_PROTOCOL_VERSION`] to this one and never sends a device a frame its version lacks; a
 /// device refused with an older `supported` version says `Hello` again in that version.
 ///
-/// v2 adds [`Frame::GoAway`] (graceful drain); everything else is v1's layout.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// v2 adds [`Frame::GoAway`] (graceful drain); v3 lets an `Escalate` end with a 26-byte
+/// [`TraceContext`] (sent only to v3 gateways, only when sampled); everything else is v1's
+/// layout.
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// Oldest version a gateway still serves: v1 devices get no `GoAway` (their connection is
 /// simply closed at the end of a drain).
@@ -50,6 +55,12 @@ pub const MIN_PROTOCOL_VERSION: u16 = 1;
 /// Whether a device speaking `version` understands [`Frame::GoAway`].
 pub fn understands_go_away(version: u16) -> bool {
     version >= 2
+}
+
+/// Whether a gateway speaking `version` accepts an `Escalate` with a trace context (older ones
+/// refuse the trailing bytes as malformed).
+pub fn accepts_trace_context(version: u16) -> bool {
+    version >= 3
 }
 
 /// QUIC ALPN identifier; a peer speaking another protocol fails the TLS handshake instead of

@@ -3,9 +3,10 @@
 
 use proptest::prelude::*;
 
-use super::codec::{decode_frame, encode_frame, FrameDecoder, LENGTH_PREFIX_BYTES};
+use super::codec::{decode_frame, decode_frame_traced, encode_frame, encode_frame_traced, FrameDecoder, LENGTH_PREFIX_BYTES};
 use super::messages::{ContextSync, ErrorCode, Frame, Limits, RejectReason, WireSampling};
 use super::token_ids::{decode_varints, encode_varints, TokenIds};
+use super::trace_context::{TraceContext, TRACE_CONTEXT_BYTES};
 use super::DEFAULT_MAX_FRAME_BYTES;
 
 const MAX: usize = DEFAULT_MAX_FRAME_BYTES;
@@ -196,6 +197,40 @@ proptest! {
     }
 
     #[test]
+    fn a_traced_escalation_round_trips_with_its_context_and_costs_26_bytes(
+        f in frame(),
+        trace_id in any::<[u8; 16]>(),
+        span_id in any::<[u8; 8]>(),
+        cuts in prop::collection::vec(any::<usize>(), 0..8),
+    ) {
+        let Some(tc) = TraceContext::sampled(trace_id, span_id) else { return Ok(()) };
+        let plain = encode_frame(&f, MAX).unwrap();
+        match encode_frame_traced(&f, Some(&tc), MAX) {
+            Ok(traced) => {
+                let is_escalation = matches!(f, Frame::Escalate { .. });
+                prop_assert!(is_escalation);
+                prop_assert_eq!(traced.len(), plain.len() + TRACE_CONTEXT_BYTES);
+                let (decoded, got) = decode_frame_traced(&traced, MAX).unwrap();
+                prop_assert_eq!(got, Some(tc));
+                assert_same(&decoded, &f, &plain)?;
+                let mut d = FrameDecoder::new(MAX);
+                let mut streamed = None;
+                for chunk in chunks(&traced, &cuts) {
+                    d.push(chunk);
+                    if let Some(r) = d.next_frame_traced().unwrap() {
+                        streamed = Some(r);
+                    }
+                }
+                prop_assert_eq!(streamed.map(|(_, t)| t), Some(Some(tc)));
+            }
+            Err(_) => {
+                let is_escalation = matches!(f, Frame::Escalate { .. });
+                prop_assert!(!is_escalation, "only escalations carry a trace context");
+            }
+        }
+    }
+
+    #[test]
     fn token_ids_round_trip(ids in prop::collection::vec(any::<u32>(), 0..256)) {
         let mut bytes = Vec::new();
         encode_varints(&ids, &mut bytes);
@@ -256,4 +291,8 @@ fn typical_escalation_sizes() {
     assert!(delta_len <= 64, "delta escalation is {delta_len} bytes");
     assert!(worst_len <= 64, "worst-case delta escalation is {worst_len} bytes");
     assert!(first_len <= 160, "first escalation is {first_len} bytes");
+    // Tracing on: a sampled escalation carries its trace context, 26 bytes more; off, none.
+    let tc = TraceContext::sampled([1; 16], [2; 8]).unwrap();
+    assert_eq!(encode_frame_traced(&delta, None, MAX).unwrap().len(), delta_len);
+    assert_eq!(encode_frame_traced(&delta, Some(&tc), MAX).unwrap().len(), delta_len + 26);
 }
