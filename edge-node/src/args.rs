@@ -94,6 +94,11 @@ pub struct CloudArgs {
     /// Do not send the prompt to the gateway ahead of the first hard token.
     #[arg(long, env = "DUET_NO_PRESYNC")]
     pub no_presync: bool,
+    /// While a hard token is at the gateway, let the SLM decode up to this many tokens ahead
+    /// from its own token (kept when the cloud agrees, rolled back when not; the output is the
+    /// same either way). 0 waits for every answer.
+    #[arg(long, env = "DUET_SPECULATE", default_value_t = 0)]
+    pub speculate: usize,
     /// Highlight cloud tokens: auto (when stdout is a terminal), always, never.
     #[arg(long, env = "DUET_COLOR", default_value = "auto", value_parser = ["auto", "always", "never"])]
     pub color: String,

@@ -188,7 +188,8 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             }
             Some(_) => {
                 let (link, health) = connect(&args.cloud, &tok, &model_id).await?;
-                let mut cloud = LinkCloud::new(&link, next_session_id(), WireSampling::from(sampling), health, !args.cloud.no_presync);
+                let mut cloud = LinkCloud::new(&link, next_session_id(), WireSampling::from(sampling), health, !args.cloud.no_presync)
+                    .with_speculation(args.cloud.speculate);
                 let params = DecodeParams { max_new_tokens: args.max_new_tokens, tau };
                 anyhow::Ok(decode(&mut slm, router.as_mut(), &mut cloud, prompt, params, |e| printer.on_token(e)).await?)
             }

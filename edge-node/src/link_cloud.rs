@@ -18,6 +18,7 @@ pub struct LinkCloud<'a> {
     link: &'a Link,
     session: EdgeSession,
     presync: bool,
+    speculation_window: usize,
     sent_at_start: u64,
     received_at_start: u64,
     escalation_bytes: Vec<usize>,
@@ -32,10 +33,18 @@ impl<'a> LinkCloud<'a> {
             link,
             session: EdgeSession::new(session_id, sampling, health),
             presync,
+            speculation_window: 0,
             sent_at_start: c.sent(),
             received_at_start: c.received(),
             escalation_bytes: Vec::new(),
         }
+    }
+
+    /// Let the SLM decode up to `window` tokens ahead while an escalation crosses the link
+    /// (see [`crate::decode::decode`]); 0 (the default) waits for every answer.
+    pub fn with_speculation(mut self, window: usize) -> Self {
+        self.speculation_window = window;
+        self
     }
 
     /// The link health, to carry into the next session on the same link.
@@ -59,6 +68,10 @@ impl Cloud for LinkCloud<'_> {
                 _ => report.finish(),
             }
         });
+    }
+
+    fn speculation_window(&self) -> usize {
+        self.speculation_window
     }
 
     async fn escalate(&mut self, context: &[u32]) -> CloudAnswer {

@@ -345,7 +345,8 @@ fn run_served(args: &EvalArgs, items: &[Item]) -> anyhow::Result<()> {
         let params = DecodeParams { max_new_tokens: args.max_new_tokens, tau };
         for item in items.iter().filter(|i| !done.contains(&i.id)) {
             let prompt = pair_prompt(&tok, item)?;
-            let mut cloud = LinkCloud::new(&link, next_session_id(), WireSampling::default(), health, !args.cloud.no_presync);
+            let mut cloud = LinkCloud::new(&link, next_session_id(), WireSampling::default(), health, !args.cloud.no_presync)
+                .with_speculation(args.cloud.speculate);
             let mut ids = Vec::new();
             let stats = decode(&mut slm, router.as_mut(), &mut cloud, &prompt, params, |e| {
                 ids.push(e.token);

@@ -26,6 +26,12 @@ pub trait Cloud {
     /// The token after `context` (the whole context before the position asked for).
     fn escalate(&mut self, context: &[u32]) -> impl Future<Output = CloudAnswer>;
 
+    /// How many positions the SLM may decode ahead of an escalation in flight (0 = wait for
+    /// every answer). Worth it where answers take longer than an SLM step: over a network.
+    fn speculation_window(&self) -> usize {
+        0
+    }
+
     /// The session is over (free what the cloud holds for it); adds the cloud's counters
     /// (bytes, context syncs) to `stats`.
     fn finish(&mut self, _stats: &mut DecodeStats) -> impl Future<Output = ()> {

@@ -61,30 +61,45 @@ pub struct Emitted<'a> {
 /// Generate after `prompt`: at each position the SLM proposes, the router scores, and a token
 /// the router finds hard goes to `cloud`; the SLM's own token stands in when the cloud does
 /// not answer in time. `on_token` sees every committed token and may stop the loop.
+///
+/// While an escalation is in flight the SLM may continue from its own token for up to
+/// [`Cloud::speculation_window`] positions (when the SLM can [`Slm::rewind`]): if the cloud
+/// agrees (or does not answer), those tokens stand; if it answers another token, the SLM
+/// forgets them and continues from the cloud's. Speculation stops at the next hard token, which
+/// waits for the first answer (its context depends on it). Only committed tokens reach
+/// `on_token`, so the output equals the non-speculative run's whenever the answers arrive in
+/// time; what changes is that the SLM works while the network does.
 pub async fn decode<S: Slm, C: Cloud>(
     slm: &mut S,
     router: &mut dyn Router,
     cloud: &mut C,
     prompt: &[u32],
     params: DecodeParams,
-    mut on_token: impl FnMut(Emitted<'_>) -> ControlFlow<()>,
+    on_token: impl FnMut(Emitted<'_>) -> ControlFlow<()>,
 ) -> Result<DecodeStats, RuntimeError> {
-    let mut stats = DecodeStats { prompt_tokens: prompt.len(), ..DecodeStats::default() };
     let started = Instant::now();
     let routing = params.tau > 0.0;
     if routing {
         cloud.start(prompt);
     }
     slm.start(prompt)?;
-    stats.prefill_ms = started.elapsed().as_secs_f64() * 1e3;
+    let prefill_ms = started.elapsed().as_secs_f64() * 1e3;
     let decode_started = Instant::now();
-    let mut context: Vec<u32> = prompt.to_vec();
-    let mut step_started = decode_started;
-    stats.finish_reason = loop {
-        if stats.tokens >= params.max_new_tokens {
+    let mut out = Committer {
+        stats: DecodeStats { prompt_tokens: prompt.len(), prefill_ms, ..DecodeStats::default() },
+        context: prompt.to_vec(),
+        step_started: decode_started,
+        max_new_tokens: params.max_new_tokens,
+        stop: slm.stop_tokens().to_vec(),
+        on_token,
+    };
+    let window = if slm.can_rewind() { cloud.speculation_window() } else { 0 };
+    let finish = loop {
+        if out.stats.tokens >= params.max_new_tokens {
             break FinishReason::Length;
         }
         slm.pace().await;
+        let room = slm.has_room();
         // At tau >= 1 every token is escalated whatever the router says, so the SLM's view is
         // needed only if the cloud fails to answer.
         let mut proposal = if params.tau >= 1.0 { None } else { Some(slm.propose()?) };
@@ -93,27 +108,59 @@ pub async fn decode<S: Slm, C: Cloud>(
             Some(p) if routing => should_escalate(router.confidence(&RouterInput { hidden: p.hidden, stats: &p.stats }), params.tau),
             Some(_) => false,
         };
-        let mut source = TokenSource::Slm;
-        let mut chosen = None;
-        if escalate {
-            stats.routing.escalated += 1;
-            let asked = Instant::now();
-            match cloud.escalate(&context).await {
-                CloudAnswer::Token(t) => {
-                    stats.routing.cloud_tokens += 1;
-                    stats.escalation_latencies.push(asked.elapsed().as_secs_f64() * 1e3);
-                    source = TokenSource::Cloud;
-                    chosen = Some(t);
-                }
-                CloudAnswer::Fallback(reason) => {
-                    stats.routing.fallback(reason);
-                    source = TokenSource::Fallback;
+        if let (false, Some(p)) = (escalate, proposal) {
+            let token = p.token;
+            if let ControlFlow::Break(reason) = out.emit(token, TokenSource::Slm, proposal).then(|| advance(slm, token)) {
+                break reason;
+            }
+            continue;
+        }
+        out.stats.routing.escalated += 1;
+        let own = proposal.map(|p| p.token).filter(|t| window > 0 && out.room() > 1 && room && !out.stop.contains(t));
+        if let Some(own) = own {
+            // Speculate: the SLM's token goes in at once and the SLM continues from it.
+            let at = out.context.len();
+            slm.push(own);
+            let spec = speculate(slm, router, cloud, &out.context, params.tau, window.min(out.room() - 1)).await?;
+            let source = out.record_answer(spec.answer, spec.latency_ms);
+            if let CloudAnswer::Token(t) = spec.answer {
+                if t != own {
+                    // The cloud disagreed: forget what followed the SLM's token.
+                    slm.rewind(at);
+                    out.stats.speculation.rolled_back += 1;
+                    out.stats.speculation.tokens_discarded += spec.tokens.len();
+                    if let ControlFlow::Break(reason) = out.commit(slm, t, source) {
+                        break reason;
+                    }
+                    continue;
                 }
             }
+            if !spec.tokens.is_empty() {
+                out.stats.speculation.kept += 1;
+                out.stats.speculation.tokens_kept += spec.tokens.len();
+            }
+            // The SLM already holds these tokens: commit them without pushing them again.
+            let mut flow = out.emit(own, source, None);
+            for (i, &t) in spec.tokens.iter().enumerate() {
+                if flow.is_break() {
+                    break;
+                }
+                flow = out.emit(t, TokenSource::Slm, None);
+                if i >= spec.pushed {
+                    flow = flow.then(|| advance(slm, t));
+                }
+            }
+            if let ControlFlow::Break(reason) = flow {
+                break reason;
+            }
+            continue;
         }
-        let token = match chosen {
-            Some(t) => t,
-            None => match proposal {
+        let asked = Instant::now();
+        let answer = cloud.escalate(&out.context).await;
+        let source = out.record_answer(answer, asked.elapsed().as_secs_f64() * 1e3);
+        let token = match answer {
+            CloudAnswer::Token(t) => t,
+            CloudAnswer::Fallback(_) => match proposal {
                 Some(p) => p.token,
                 None => {
                     let p = slm.propose()?;
@@ -122,28 +169,141 @@ pub async fn decode<S: Slm, C: Cloud>(
                 }
             },
         };
-        stats.tokens += 1;
-        context.push(token);
-        let now = Instant::now();
-        stats.token_latencies.push(now.duration_since(step_started).as_secs_f64() * 1e3);
-        step_started = now;
-        if on_token(Emitted { token, source, proposal }).is_break() {
-            break FinishReason::Cancelled;
+        if let ControlFlow::Break(reason) = out.emit(token, source, proposal).then(|| advance(slm, token)) {
+            break reason;
         }
-        if slm.stop_tokens().contains(&token) {
-            break FinishReason::Stop;
-        }
-        if stats.tokens >= params.max_new_tokens {
-            break FinishReason::Length;
-        }
-        if !slm.has_room() {
-            break FinishReason::ContextFull;
-        }
-        slm.push(token);
     };
+    let mut stats = out.stats;
+    stats.finish_reason = finish;
     stats.decode_ms = decode_started.elapsed().as_secs_f64() * 1e3;
     cloud.finish(&mut stats).await;
     stats.total_ms = started.elapsed().as_secs_f64() * 1e3;
     stats.finish();
     Ok(stats)
+}
+
+/// What happened while one escalation was in flight.
+struct Speculation {
+    /// The cloud's answer.
+    answer: CloudAnswer,
+    /// How long it took.
+    latency_ms: f64,
+    /// Tokens the SLM decoded after its own token meanwhile (not committed).
+    tokens: Vec<u32>,
+    /// How many of them (the first ones) the SLM already holds; the others are given to it
+    /// when committed, as the loop without speculation would.
+    pushed: usize,
+}
+
+/// While `cloud` answers the escalation of `context` (whose SLM token `own` the SLM has just
+/// been given), let the SLM decode up to `window` more positions. It stops at a hard token
+/// (its context depends on the answer), and does not give the SLM a token the loop without
+/// speculation would not give it: a stop token, the last one allowed, one past a full context.
+async fn speculate<S: Slm, C: Cloud>(slm: &mut S, router: &mut dyn Router, cloud: &mut C, context: &[u32], tau: f32, window: usize) -> Result<Speculation, RuntimeError> {
+    let asked = Instant::now();
+    let answer = cloud.escalate(context);
+    tokio::pin!(answer);
+    let mut tokens = Vec::new();
+    let mut pushed = 0;
+    while tokens.len() == pushed && tokens.len() < window {
+        // The answer wins over the next step: nothing is decoded that is already decided.
+        tokio::select! {
+            biased;
+            a = &mut answer => return Ok(Speculation { answer: a, latency_ms: asked.elapsed().as_secs_f64() * 1e3, tokens, pushed }),
+            () = slm.pace() => {}
+        }
+        let p = slm.propose()?;
+        if should_escalate(router.confidence(&RouterInput { hidden: p.hidden, stats: &p.stats }), tau) {
+            break;
+        }
+        let token = p.token;
+        tokens.push(token);
+        if tokens.len() < window && !slm.stop_tokens().contains(&token) && slm.has_room() {
+            slm.push(token);
+            pushed += 1;
+        }
+    }
+    let answer = answer.await;
+    Ok(Speculation { answer, latency_ms: asked.elapsed().as_secs_f64() * 1e3, tokens, pushed })
+}
+
+/// The committed side of a decode: the context, the counters, and the caller's `on_token`.
+struct Committer<F> {
+    stats: DecodeStats,
+    context: Vec<u32>,
+    step_started: Instant,
+    max_new_tokens: usize,
+    stop: Vec<u32>,
+    on_token: F,
+}
+
+impl<F: FnMut(Emitted<'_>) -> ControlFlow<()>> Committer<F> {
+    /// Tokens that may still be generated.
+    fn room(&self) -> usize {
+        self.max_new_tokens.saturating_sub(self.stats.tokens)
+    }
+
+    /// Count an escalation's answer; the source its position's token will have.
+    fn record_answer(&mut self, answer: CloudAnswer, latency_ms: f64) -> TokenSource {
+        match answer {
+            CloudAnswer::Token(_) => {
+                self.stats.routing.cloud_tokens += 1;
+                self.stats.escalation_latencies.push(latency_ms);
+                TokenSource::Cloud
+            }
+            CloudAnswer::Fallback(reason) => {
+                self.stats.routing.fallback(reason);
+                TokenSource::Fallback
+            }
+        }
+    }
+
+    /// Commit `token`: append it to the context and show it to the caller; whether generation
+    /// goes on after it (the caller stops it, or it ends the sequence).
+    fn emit(&mut self, token: u32, source: TokenSource, proposal: Option<Proposal<'_>>) -> ControlFlow<FinishReason> {
+        self.stats.tokens += 1;
+        self.context.push(token);
+        let now = Instant::now();
+        self.stats.token_latencies.push(now.duration_since(self.step_started).as_secs_f64() * 1e3);
+        self.step_started = now;
+        if (self.on_token)(Emitted { token, source, proposal }).is_break() {
+            return ControlFlow::Break(FinishReason::Cancelled);
+        }
+        if self.stop.contains(&token) {
+            return ControlFlow::Break(FinishReason::Stop);
+        }
+        if self.stats.tokens >= self.max_new_tokens {
+            return ControlFlow::Break(FinishReason::Length);
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// [`Committer::emit`], then give the token to the SLM for the next position (unless the
+    /// context is full).
+    fn commit<S: Slm>(&mut self, slm: &mut S, token: u32, source: TokenSource) -> ControlFlow<FinishReason> {
+        self.emit(token, source, None).then(|| advance(slm, token))
+    }
+}
+
+/// Give the committed `token` to the SLM for the next position, unless the context is full.
+fn advance<S: Slm>(slm: &mut S, token: u32) -> ControlFlow<FinishReason> {
+    if !slm.has_room() {
+        return ControlFlow::Break(FinishReason::ContextFull);
+    }
+    slm.push(token);
+    ControlFlow::Continue(())
+}
+
+/// Run the next step only if the previous one let generation go on.
+trait Then {
+    fn then(self, next: impl FnOnce() -> Self) -> Self;
+}
+
+impl Then for ControlFlow<FinishReason> {
+    fn then(self, next: impl FnOnce() -> Self) -> Self {
+        match self {
+            ControlFlow::Continue(()) => next(),
+            stop => stop,
+        }
+    }
 }

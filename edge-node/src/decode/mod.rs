@@ -19,5 +19,5 @@ mod tests;
 pub use cloud::{Cloud, CloudAnswer, NoCloud};
 pub use engine::{decode, DecodeParams, Emitted, FinishReason, TokenSource};
 pub use slm::{OnnxSlm, Proposal, Slm};
-pub use stats::{DecodeStats, RoutingCounts};
+pub use stats::{DecodeStats, RoutingCounts, SpeculationCounts};
 pub use trace::{TracePoint, TraceSlm};

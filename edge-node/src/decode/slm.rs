@@ -35,6 +35,14 @@ pub trait Slm {
     fn pace(&mut self) -> impl std::future::Future<Output = ()> + Send {
         async {}
     }
+    /// Whether [`Slm::rewind`] works: the loop speculates past an escalated token only then.
+    fn can_rewind(&self) -> bool {
+        false
+    }
+    /// Forget every token after the first `len` of the sequence (prompt included), as if they
+    /// had never been pushed: the cloud answered another token at position `len`. The next
+    /// call is a `push`.
+    fn rewind(&mut self, _len: usize) {}
 }
 
 /// The ONNX model with its KV cache and sampler: the device's SLM.
@@ -120,5 +128,20 @@ impl Slm for OnnxSlm<'_> {
 
     fn has_room(&self) -> bool {
         self.cache.len() + self.pending.len() < self.cache.capacity()
+    }
+
+    fn can_rewind(&self) -> bool {
+        true
+    }
+
+    fn rewind(&mut self, len: usize) {
+        // The KV cache keeps positions [0, len): the rest is overwritten by the next forward.
+        if len <= self.cache.len() {
+            self.cache.truncate(len);
+            self.pending.clear();
+        } else {
+            self.pending.truncate(len - self.cache.len());
+        }
+        self.current = None;
     }
 }

@@ -49,6 +49,23 @@ impl RoutingCounts {
     }
 }
 
+/// What the SLM's speculation past escalated tokens did (see [`super::decode`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SpeculationCounts {
+    /// Escalations whose speculated tokens stood (the cloud agreed, or did not answer).
+    #[serde(rename = "speculation_kept")]
+    pub kept: usize,
+    /// Escalations the cloud answered with another token: the speculated tokens were dropped.
+    #[serde(rename = "speculation_rolled_back")]
+    pub rolled_back: usize,
+    /// Tokens decoded during escalations and committed.
+    #[serde(rename = "speculated_tokens_kept")]
+    pub tokens_kept: usize,
+    /// Tokens decoded during escalations and thrown away (work lost to a roll-back).
+    #[serde(rename = "speculated_tokens_discarded")]
+    pub tokens_discarded: usize,
+}
+
 /// What one call of [`super::decode`] did.
 #[derive(Debug, Clone, Serialize)]
 pub struct DecodeStats {
@@ -63,6 +80,9 @@ pub struct DecodeStats {
     /// What the router and the cloud did with the tokens.
     #[serde(flatten)]
     pub routing: RoutingCounts,
+    /// What speculation past escalated tokens did.
+    #[serde(flatten)]
+    pub speculation: SpeculationCounts,
     /// `ContextMissing` answers (each followed by a `Full` resend).
     pub context_missing: usize,
     /// Escalations that carried the whole context (`Full`): the first, and each resync.
@@ -106,6 +126,7 @@ impl Default for DecodeStats {
             tokens: 0,
             finish_reason: FinishReason::Length,
             routing: RoutingCounts::default(),
+            speculation: SpeculationCounts::default(),
             context_missing: 0,
             full_syncs: 0,
             first_escalation_bytes: 0,
@@ -142,6 +163,10 @@ impl DecodeStats {
     pub fn add_counts(&mut self, other: &DecodeStats) {
         self.tokens += other.tokens;
         self.routing.add(&other.routing);
+        self.speculation.kept += other.speculation.kept;
+        self.speculation.rolled_back += other.speculation.rolled_back;
+        self.speculation.tokens_kept += other.speculation.tokens_kept;
+        self.speculation.tokens_discarded += other.speculation.tokens_discarded;
         self.context_missing += other.context_missing;
         self.full_syncs += other.full_syncs;
     }

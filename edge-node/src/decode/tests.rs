@@ -122,3 +122,143 @@ fn the_caller_can_stop_the_loop() {
         .unwrap();
     assert_eq!((stats.tokens, stats.finish_reason), (2, FinishReason::Cancelled));
 }
+
+/// Answers from a script after `delay` polls each (one poll per SLM step while speculating),
+/// with a speculation window: the network's latency without a network.
+struct SlowCloud {
+    answers: VecDeque<CloudAnswer>,
+    delays: VecDeque<usize>,
+    window: usize,
+    asked: Vec<Vec<u32>>,
+}
+
+impl SlowCloud {
+    fn new(answers: &[CloudAnswer], delays: &[usize], window: usize) -> Self {
+        Self { answers: answers.iter().copied().collect(), delays: delays.iter().copied().collect(), window, asked: Vec::new() }
+    }
+}
+
+impl Cloud for SlowCloud {
+    fn speculation_window(&self) -> usize {
+        self.window
+    }
+    async fn escalate(&mut self, context: &[u32]) -> CloudAnswer {
+        self.asked.push(context.to_vec());
+        for _ in 0..self.delays.pop_front().unwrap_or(0) {
+            tokio::task::yield_now().await;
+        }
+        self.answers.pop_front().unwrap_or(CloudAnswer::Fallback(FallbackReason::Timeout))
+    }
+}
+
+fn run_slow(points: &[(u32, f32)], cloud: &mut SlowCloud, max: usize) -> (Vec<(u32, TokenSource)>, DecodeStats, Vec<u32>) {
+    run_slow_in(points, cloud, max, 100)
+}
+
+/// [`run_slow`] in a context of `capacity` tokens (prompt of 3 included).
+fn run_slow_in(points: &[(u32, f32)], cloud: &mut SlowCloud, max: usize, capacity: usize) -> (Vec<(u32, TokenSource)>, DecodeStats, Vec<u32>) {
+    let mut slm = TraceSlm::new(trace(points), capacity, vec![0]);
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let mut out = Vec::new();
+    let stats = rt
+        .block_on(decode(&mut slm, &mut ConfidenceRouter, cloud, &[1, 2, 3], DecodeParams { max_new_tokens: max, tau: 0.5 }, |e| {
+            out.push((e.token, e.source));
+            ControlFlow::Continue(())
+        }))
+        .unwrap();
+    (out, stats, slm.pushed)
+}
+
+#[test]
+fn speculation_the_cloud_agrees_with_stands_and_changes_nothing() {
+    // Position 1 is hard; the cloud takes 3 SLM steps to answer the SLM's own token (11).
+    let points = [(10, 0.9), (11, 0.2), (12, 0.9), (13, 0.9), (14, 0.9), (15, 0.9)];
+    let answers = [CloudAnswer::Token(11)];
+    let (plain, _, _) = run_slow(&points, &mut SlowCloud::new(&answers, &[3], 0), 6);
+    let mut cloud = SlowCloud::new(&answers, &[3], 8);
+    let (spec, stats, pushed) = run_slow(&points, &mut cloud, 6);
+    assert_eq!(spec, plain);
+    assert_eq!(spec[1], (11, TokenSource::Cloud));
+    assert_eq!((stats.speculation.kept, stats.speculation.tokens_kept, stats.speculation.rolled_back), (1, 3, 0));
+    assert_eq!(pushed, vec![10, 11, 12, 13, 14], "the SLM decoded ahead once, not twice; the last token is not pushed");
+}
+
+#[test]
+fn speculation_the_cloud_disagrees_with_is_rolled_back_to_the_clouds_token() {
+    let points = [(10, 0.9), (11, 0.2), (12, 0.9), (13, 0.9), (14, 0.9)];
+    let answers = [CloudAnswer::Token(77)];
+    let (plain, _, plain_pushed) = run_slow(&points, &mut SlowCloud::new(&answers, &[2], 0), 5);
+    let (spec, stats, pushed) = run_slow(&points, &mut SlowCloud::new(&answers, &[2], 8), 5);
+    assert_eq!(spec, plain);
+    assert_eq!(spec[1], (77, TokenSource::Cloud));
+    assert_eq!(pushed, plain_pushed, "after the roll-back the SLM holds exactly the committed tokens");
+    assert_eq!((stats.speculation.rolled_back, stats.speculation.tokens_discarded, stats.speculation.kept), (1, 2, 0));
+}
+
+#[test]
+fn a_second_hard_token_waits_for_the_first_answer() {
+    // Positions 1 and 2 are both hard: the second escalation must carry the first's answer.
+    let points = [(10, 0.9), (11, 0.2), (12, 0.2), (13, 0.9)];
+    let answers = [CloudAnswer::Token(50), CloudAnswer::Token(51)];
+    let mut cloud = SlowCloud::new(&answers, &[5, 5], 8);
+    let (spec, stats, _) = run_slow(&points, &mut cloud, 4);
+    assert_eq!(spec, vec![(10, TokenSource::Slm), (50, TokenSource::Cloud), (51, TokenSource::Cloud), (13, TokenSource::Slm)]);
+    assert_eq!(cloud.asked, vec![vec![1, 2, 3, 10], vec![1, 2, 3, 10, 50]]);
+    // The first escalation stopped speculating at the second hard token; the second decoded
+    // position 3 ahead, which the cloud's other token threw away.
+    assert_eq!((stats.speculation.tokens_kept, stats.speculation.tokens_discarded, stats.speculation.rolled_back), (0, 1, 2));
+}
+
+#[test]
+fn a_fallback_keeps_the_speculated_tokens() {
+    let points = [(10, 0.2), (11, 0.9), (12, 0.9)];
+    let answers = [CloudAnswer::Fallback(FallbackReason::Timeout)];
+    let (spec, stats, _) = run_slow(&points, &mut SlowCloud::new(&answers, &[4], 8), 3);
+    assert_eq!(spec, vec![(10, TokenSource::Fallback), (11, TokenSource::Slm), (12, TokenSource::Slm)]);
+    assert_eq!((stats.speculation.kept, stats.speculation.tokens_kept), (1, 2));
+}
+
+#[test]
+fn speculation_never_passes_the_length_or_a_stop_token() {
+    let points = [(10, 0.2), (11, 0.9), (0, 0.9), (13, 0.9)];
+    let (spec, stats, pushed) = run_slow(&points, &mut SlowCloud::new(&[CloudAnswer::Token(10)], &[9], 8), 10);
+    assert_eq!(spec.len(), 3, "{spec:?}");
+    assert_eq!(stats.finish_reason, FinishReason::Stop);
+    assert_eq!(pushed, vec![10, 11], "a stop token is never given to the SLM");
+    let (spec, _, _) = run_slow(&points, &mut SlowCloud::new(&[CloudAnswer::Token(10)], &[9], 8), 2);
+    assert_eq!(spec.len(), 2);
+}
+
+mod equivalence {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn answer() -> impl Strategy<Value = CloudAnswer> {
+        prop_oneof![
+            3 => (10u32..14).prop_map(CloudAnswer::Token),
+            1 => Just(CloudAnswer::Fallback(FallbackReason::Timeout)),
+        ]
+    }
+
+    proptest! {
+        /// Whatever the trace, the answers and their delays, speculation commits exactly the
+        /// tokens (and sources) the loop without it commits.
+        #[test]
+        fn speculation_commits_what_waiting_commits(
+            points in prop::collection::vec((prop_oneof![Just(0u32), 10u32..14], prop_oneof![Just(0.1f32), Just(0.9f32)]), 1..24),
+            answers in prop::collection::vec(answer(), 0..24),
+            delays in prop::collection::vec(0usize..6, 0..24),
+            window in 1usize..6,
+            max in 1usize..24,
+            capacity in 4usize..30,
+        ) {
+            let (plain, plain_stats, plain_pushed) = run_slow_in(&points, &mut SlowCloud::new(&answers, &delays, 0), max, capacity);
+            let (spec, stats, pushed) = run_slow_in(&points, &mut SlowCloud::new(&answers, &delays, window), max, capacity);
+            prop_assert_eq!(&spec, &plain);
+            prop_assert_eq!(stats.finish_reason, plain_stats.finish_reason);
+            prop_assert_eq!(stats.routing, plain_stats.routing);
+            prop_assert_eq!(pushed, plain_pushed);
+        }
+    }
+}

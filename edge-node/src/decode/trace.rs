@@ -72,4 +72,16 @@ impl Slm for TraceSlm {
     fn has_room(&self) -> bool {
         self.position < self.capacity
     }
+
+    fn can_rewind(&self) -> bool {
+        true
+    }
+
+    fn rewind(&mut self, len: usize) {
+        let prompt = self.position - self.pushed.len();
+        let keep = len.saturating_sub(prompt).min(self.pushed.len());
+        self.position -= self.pushed.len() - keep;
+        self.pushed.truncate(keep);
+        self.computed_at = None;
+    }
 }

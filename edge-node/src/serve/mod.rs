@@ -84,7 +84,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         };
         let (jobs, queue) = mpsc::channel(usize::from(args.queue));
         let gateway = args.cloud.gateway.clone().zip(link.clone());
-        let worker = worker::Worker { lm, cache, tok: tok.clone(), router, link, health };
+        let worker = worker::Worker { lm, cache, tok: tok.clone(), router, link, health, speculate: args.cloud.speculate };
         tokio::spawn(worker.run(queue));
         let state = Arc::new(http::AppState {
             jobs,

@@ -90,6 +90,8 @@ pub struct Worker {
     pub link: Option<Link>,
     /// What the link learned, carried from request to request.
     pub health: LinkHealth,
+    /// How far the SLM may decode ahead of an escalation in flight (`--speculate`).
+    pub speculate: usize,
 }
 
 impl Worker {
@@ -133,7 +135,7 @@ impl Worker {
             (mode, Some(link)) => {
                 let tau = if mode == Mode::Cloud { 1.0 } else { job.tau };
                 let health = std::mem::replace(&mut self.health, LinkHealth::new(Default::default(), Default::default()));
-                let mut cloud = LinkCloud::new(link, next_session_id(), WireSampling::from(job.sampling), health, true);
+                let mut cloud = LinkCloud::new(link, next_session_id(), WireSampling::from(job.sampling), health, true).with_speculation(self.speculate);
                 let params = DecodeParams { max_new_tokens: job.max_tokens, tau };
                 let r = decode(&mut slm, router, &mut cloud, &job.prompt, params, |e| emitter.on_token(e)).await;
                 self.health = cloud.into_health();
