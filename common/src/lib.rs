@@ -2,8 +2,9 @@
 //! protocol ([`protocol`]), the edge–gateway exchange as state machines with time passed in
 //! ([`exchange`]), the tokenizer fingerprint ([`fingerprint`]), sampling parameters and the sampler both
 //! ends run ([`sampling`]), and the
-//! logging set-up every binary shares ([`telemetry`]), and the `--config FILE` both binaries read
-//! ([`config_file`]). The ONNX model runtime is the
+//! logging and trace set-up every binary shares ([`telemetry`]; with the `otlp` feature, the
+//! OTLP exporter and [`trace`], between spans and the trace context an escalation carries),
+//! and the `--config FILE` both binaries read ([`config_file`]). The ONNX model runtime is the
 //! `model-runtime` crate; docs/ARCHITECTURE.md shows where each piece sits on the data path.
 
 pub mod config_file;
@@ -12,3 +13,5 @@ pub mod fingerprint;
 pub mod protocol;
 pub mod sampling;
 pub mod telemetry;
+#[cfg(feature = "otlp")]
+pub mod trace;
