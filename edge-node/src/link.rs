@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use common::exchange::edge::{hello, read_handshake, read_push, HandshakeAnswer, Push};
 use common::exchange::failover::gateway_list;
 use common::exchange::{Failover, LinkView};
-use common::protocol::{decode_frame, encode_frame, Frame, Limits, DEFAULT_MAX_FRAME_BYTES, HARD_MAX_FRAME_BYTES, PROTOCOL_VERSION};
+use common::protocol::{accepts_trace_context, attach_trace_context, decode_frame, encode_frame, Frame, Limits, TraceContext, DEFAULT_MAX_FRAME_BYTES, HARD_MAX_FRAME_BYTES, PROTOCOL_VERSION};
 use rand::Rng;
 use tokio::sync::watch;
 
@@ -93,6 +93,8 @@ pub struct Connected {
     pub generation: u64,
     /// The replica's address.
     pub addr: SocketAddr,
+    /// The protocol version spoken on it: this device's, or an older gateway's.
+    pub protocol_version: u16,
     /// Requests waiting for a reply on it: a drained replica's connection is closed once none is.
     in_flight: Arc<AtomicU64>,
 }
@@ -269,6 +271,25 @@ impl Link {
         self.exchange(&connected, bytes, deadline).await
     }
 
+    /// [`Self::request_bytes`] for an encoded `Escalate`, with `trace` (its span's trace context)
+    /// behind it when the connection's gateway accepts one (v3) and it fits the gateway's frame
+    /// limit; otherwise the frame goes as it is. Returns the reply and the bytes sent.
+    pub async fn request_escalation(&self, bytes: &[u8], trace: Option<&TraceContext>, deadline: Instant) -> (Result<Frame, LinkError>, usize) {
+        let connected = match self.connection_for(deadline).await {
+            Ok(c) => c,
+            Err(e) => return (Err(e), 0),
+        };
+        let mut traced = None;
+        if let Some(tc) = trace.filter(|_| accepts_trace_context(connected.protocol_version)) {
+            let mut with = bytes.to_vec();
+            if attach_trace_context(&mut with, tc, connected.max_frame_bytes()).is_ok() {
+                traced = Some(with);
+            }
+        }
+        let bytes = traced.as_deref().unwrap_or(bytes);
+        (self.exchange(&connected, bytes, deadline).await, bytes.len())
+    }
+
     async fn exchange(&self, connected: &Connected, bytes: &[u8], deadline: Instant) -> Result<Frame, LinkError> {
         let _in_flight = InFlight::new(connected);
         let conn = connected.conn.clone();
@@ -385,7 +406,7 @@ async fn connect_once(client: &quinn::ClientConfig, addr: SocketAddr, cfg: &Link
         Ok(Ok(reply)) => match read_handshake(reply, &cfg.tokenizer_fingerprint) {
             HandshakeAnswer::Welcome { gateway_id, llm_id, limits } => {
                 tracing::info!(%gateway_id, %llm_id, %addr, version, rtt_ms = conn.rtt().as_millis() as u64, "connected to the gateway");
-                Ok(Connected { conn, limits, generation, addr, in_flight: Arc::default() })
+                Ok(Connected { conn, limits, generation, addr, protocol_version: version, in_flight: Arc::default() })
             }
             HandshakeAnswer::Downgrade { version } => Err(Attempt::Downgrade(version)),
             HandshakeAnswer::Refused(why) => Err(Attempt::Refused(why)),

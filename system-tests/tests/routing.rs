@@ -58,3 +58,30 @@ async fn no_token_escalated_equals_the_slms_own_greedy_output() {
     assert_eq!(ids(&routed), ids(&slm));
     gw.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn speculating_past_escalations_generates_the_same_tokens_as_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start_gateway(dir.path(), LLM).await;
+    let addr = gw.local_addr().unwrap().to_string();
+    let ca = dir.path().join("cert.pem").to_str().unwrap().to_string();
+    let run = |speculate: &'static str| {
+        let (addr, ca) = (addr.clone(), ca.clone());
+        tokio::task::spawn_blocking(move || {
+            edge_json(&[
+                "generate", "--prompt", "def is_prime(n):", "--max-new-tokens", "48", "--json", "--gateway", &addr, "--ca-cert", &ca,
+                "--router", "confidence", "--tau", "0.8", "--deadline-min-ms", "60000", "--deadline-max-ms", "60000", "--speculate", speculate,
+            ])
+            .0
+        })
+    };
+    let waiting = run("0").await.unwrap();
+    let speculating = run("8").await.unwrap();
+    assert_eq!(ids(&speculating), ids(&waiting), "speculating: {} / waiting: {}", speculating["text"], waiting["text"]);
+    assert_eq!(speculating["escalated"], waiting["escalated"]);
+    assert_eq!(speculating["fallbacks"], 0, "{speculating}");
+    let n = speculating["escalated"].as_u64().unwrap();
+    let decided = speculating["speculation_kept"].as_u64().unwrap() + speculating["speculation_rolled_back"].as_u64().unwrap();
+    assert!(n > 0 && decided > 0, "the SLM speculated during some of the {n} escalations: {speculating}");
+    gw.shutdown().await;
+}
