@@ -97,16 +97,23 @@ pub struct GatewayArgs {
     #[arg(long, env = "DUET_BACKEND_DELAY_MS", default_value_t = 0)]
     pub backend_delay_ms: u64,
     /// External engine worker, KIND=URL (sglang, vllm or llamacpp), repeatable or
-    /// comma-separated; without one the embedded LLM serves.
+    /// comma-separated; KIND=dns+URL is one worker per address the URL's host resolves to (a
+    /// Kubernetes headless Service), re-resolved every --engine-resolve-interval-ms. Without
+    /// one the embedded LLM serves.
     #[arg(long = "engine", env = "DUET_ENGINES", value_delimiter = ',')]
     pub engines: Vec<EngineSpec>,
     /// The devices' tokenizer that engines are checked against: tokenizer.json, a directory
     /// holding one, or a prepared model id [default: --model].
     #[arg(long, env = "DUET_ENGINE_TOKENIZER")]
     pub engine_tokenizer: Option<String>,
-    /// How long to wait at start-up for engines still loading their model, seconds.
+    /// How long to wait for an engine still loading its model, seconds: at start-up for the
+    /// first worker (the gateway serves once one has passed its check), later for each new one.
     #[arg(long, env = "DUET_ENGINE_STARTUP_SECS", default_value_t = 300)]
     pub engine_startup_secs: u64,
+    /// How often dns+ engines' names are resolved again (new addresses are checked, then
+    /// serve; vanished ones are drained), ms.
+    #[arg(long, env = "DUET_ENGINE_RESOLVE_INTERVAL_MS", default_value_t = pool().resolve_interval.as_millis() as u64, value_parser = clap::value_parser!(u64).range(100..))]
+    pub engine_resolve_interval_ms: u64,
     /// How a session's escalations pick a worker: sticky (rendezvous hashing, keeps the
     /// engine's prefix cache) or round-robin (for comparison).
     #[arg(long, env = "DUET_ENGINE_ROUTING", default_value = "sticky", value_parser = ["sticky", "round-robin"])]
@@ -247,6 +254,7 @@ impl GatewayArgs {
             pick: PickPolicy { routing: if self.engine_routing == "round-robin" { Routing::RoundRobin } else { Routing::Sticky }, ..defaults.pick },
             breaker: BreakerConfig { failure_threshold: self.engine_breaker_failures.max(1), open_for: Duration::from_millis(self.engine_breaker_open_ms), ..defaults.breaker },
             health: HealthConfig { interval: Duration::from_millis(self.engine_health_interval_ms.max(50)), ..defaults.health },
+            resolve_interval: Duration::from_millis(self.engine_resolve_interval_ms),
             ..defaults
         }
     }
@@ -335,12 +343,17 @@ mod tests {
             "--engine-max-in-flight=3",
             "--engine-breaker-failures=7",
             "--engine-breaker-open-ms=900",
+            "--engine-resolve-interval-ms=2500",
         ]);
         let p = args.pool_config();
         let urls: Vec<String> = p.engines.iter().map(|e| e.to_string()).collect();
         assert_eq!(urls, ["llamacpp=http://a:1", "sglang=http://b:2", "vllm=https://c:3"]);
         assert_eq!((p.pick.routing, p.max_in_flight_per_worker), (Routing::RoundRobin, 3));
         assert_eq!((p.breaker.failure_threshold, p.breaker.open_for), (7, Duration::from_millis(900)));
+        assert_eq!(p.resolve_interval, Duration::from_millis(2500));
+        assert_eq!(GatewayArgs::parse_from(["cloud-gateway"]).pool_config().resolve_interval, PoolConfig::default().resolve_interval);
+        let discovered = GatewayArgs::parse_from(["cloud-gateway", "--engine=llamacpp=dns+http://duet-llama:8080"]).pool_config();
+        assert!(discovered.engines[0].discover, "dns+ asks for discovery");
         assert!(GatewayArgs::parse_from(["cloud-gateway"]).pool_config().engines.is_empty(), "no engine: the embedded LLM");
         let err = GatewayArgs::try_parse_from(["cloud-gateway", "--engine=tgi=http://x:1"]).unwrap_err().to_string();
         assert!(err.contains("unknown engine `tgi`"), "{err}");

@@ -1,11 +1,19 @@
 //! The cloud of a routed session: the QUIC [`Link`] carrying what the session's
 //! [`EdgeSession`] decides. All rules (what to send, how long to wait, what a reply means)
 //! are the exchange's; this file only moves its bytes and reports what happened.
+//!
+//! Traces (when an OTLP exporter is installed, see `common::telemetry`): a `generation` span per
+//! session, and under it an `escalation` span per hard token (how long it waited, cloud or
+//! which fallback, bytes sent) and a `presync` span for the prompt sent ahead. A sampled
+//! escalation carries its span's trace context to the gateway, whose spans then join the
+//! same trace; an unsampled one, or any with tracing off, carries nothing.
 
 use std::time::{Duration, Instant};
 
-use common::exchange::{EdgeSession, LinkHealth, Outcome, Step};
+use common::exchange::{EdgeSession, FallbackReason, LinkHealth, Outcome, Step};
 use common::protocol::{Frame, WireSampling};
+use common::telemetry::TRACE_TARGET;
+use tracing::field::Empty;
 
 use crate::decode::{Cloud, CloudAnswer, DecodeStats};
 use crate::link::{Link, LinkError};
@@ -22,6 +30,8 @@ pub struct LinkCloud<'a> {
     sent_at_start: u64,
     received_at_start: u64,
     escalation_bytes: Vec<usize>,
+    /// The session's `generation` span (disabled with tracing off).
+    generation: tracing::Span,
 }
 
 impl<'a> LinkCloud<'a> {
@@ -37,6 +47,7 @@ impl<'a> LinkCloud<'a> {
             sent_at_start: c.sent(),
             received_at_start: c.received(),
             escalation_bytes: Vec::new(),
+            generation: tracing::info_span!(target: TRACE_TARGET, "generation", session = session_id, prompt_tokens = Empty, tokens = Empty, escalated = Empty, cloud_tokens = Empty, fallbacks = Empty),
         }
     }
 
@@ -58,13 +69,21 @@ impl Cloud for LinkCloud<'_> {
         if !self.presync {
             return;
         }
+        self.generation.record("prompt_tokens", prompt.len());
         let Some((t, report)) = self.session.presync(prompt, self.link.view(), Instant::now()) else { return };
         // Nobody waits for the answer (an LLM token nobody needs), but the work must not be
         // cancelled, and its service time is a whole prefill's cost: learn it whenever it comes.
         let link = self.link.clone();
+        let span = tracing::info_span!(target: TRACE_TARGET, parent: &self.generation, "presync", otel.kind = "client", tokens = prompt.len(), bytes = Empty, answered = Empty);
+        let trace = common::trace::outgoing(&span);
         tokio::spawn(async move {
-            match link.request_bytes(&t.bytes, t.deadline).await {
-                Ok(Frame::Token { llm_ms, .. }) => report.report(llm_ms),
+            let (reply, sent) = link.request_escalation(&t.bytes, trace.as_ref(), t.deadline).await;
+            span.record("bytes", sent);
+            match reply {
+                Ok(Frame::Token { llm_ms, .. }) => {
+                    span.record("answered", true);
+                    report.report(llm_ms)
+                }
                 _ => report.finish(),
             }
         });
@@ -75,12 +94,23 @@ impl Cloud for LinkCloud<'_> {
     }
 
     async fn escalate(&mut self, context: &[u32]) -> CloudAnswer {
+        let started = Instant::now();
+        let span = tracing::info_span!(
+            target: TRACE_TARGET, parent: &self.generation, "escalation",
+            otel.kind = "client", context_tokens = context.len(), wait_ms = Empty, outcome = Empty, fallback_reason = Empty, bytes = Empty, frames = Empty,
+        );
+        // Sent with the escalation only when sampled (absent: not a byte on the wire).
+        let trace = common::trace::outgoing(&span);
+        let (mut bytes, mut frames) = (0usize, 0usize);
         let mut step = self.session.escalate(context, self.link.view(), Instant::now());
         loop {
             step = match step {
                 Step::Send(t) => {
-                    self.escalation_bytes.push(t.bytes.len());
-                    match self.link.request_bytes(&t.bytes, t.deadline).await {
+                    let (reply, sent) = self.link.request_escalation(&t.bytes, trace.as_ref(), t.deadline).await;
+                    let sent = sent.max(t.bytes.len());
+                    self.escalation_bytes.push(sent);
+                    (bytes, frames) = (bytes + sent, frames + 1);
+                    match reply {
                         Ok(reply) => match self.session.on_reply(reply, context, Instant::now()) {
                             // Each request has its own stream: a reply that is not for it is a
                             // gateway fault, and nothing else will come on that stream.
@@ -96,8 +126,12 @@ impl Cloud for LinkCloud<'_> {
                     }
                 }
                 Step::Wait => self.session.on_transport_error(false, Instant::now()),
-                Step::Done(Outcome::Cloud { token, .. }) => return CloudAnswer::Token(token),
+                Step::Done(Outcome::Cloud { token, .. }) => {
+                    record_outcome(&span, started, None, bytes, frames);
+                    return CloudAnswer::Token(token);
+                }
                 Step::Done(Outcome::Fallback { reason, probe }) => {
+                    record_outcome(&span, started, Some(reason), bytes, frames);
                     if let Some(timeout) = probe {
                         self.link.probe(timeout);
                     }
@@ -119,5 +153,36 @@ impl Cloud for LinkCloud<'_> {
         let c = self.link.counters();
         stats.bytes_sent = c.sent() - self.sent_at_start;
         stats.bytes_received = c.received() - self.received_at_start;
+        // The generation ends here, whenever this value is dropped.
+        let generation = std::mem::replace(&mut self.generation, tracing::Span::none());
+        if !generation.is_disabled() {
+            let r = &stats.routing;
+            generation.record("tokens", stats.tokens).record("escalated", r.escalated).record("cloud_tokens", r.cloud_tokens).record("fallbacks", r.fallbacks);
+        }
+    }
+}
+
+/// How an escalation ended, on its span: waited `started.elapsed()`, answered by the cloud
+/// (`fallback` = `None`) or fell back, after sending `frames` frames of `bytes` in all.
+fn record_outcome(span: &tracing::Span, started: Instant, fallback: Option<FallbackReason>, bytes: usize, frames: usize) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("wait_ms", started.elapsed().as_secs_f64() * 1e3).record("bytes", bytes).record("frames", frames);
+    match fallback {
+        None => span.record("outcome", "cloud"),
+        Some(reason) => span.record("outcome", "fallback").record("fallback_reason", fallback_name(reason)),
+    };
+}
+
+/// A fallback reason as the reports name it (`link_down`, ...).
+fn fallback_name(reason: FallbackReason) -> &'static str {
+    match reason {
+        FallbackReason::Timeout => "timeout",
+        FallbackReason::Busy => "busy",
+        FallbackReason::LinkDown => "link_down",
+        FallbackReason::Degraded => "degraded",
+        FallbackReason::GatewayError => "gateway_error",
+        FallbackReason::Transport => "transport",
     }
 }

@@ -371,6 +371,8 @@ async fn measure(args: &EnginesArgs, windows: &[Vec<u32>], tokenizer_file: &std:
         // The gateway's own start-up (dialect, checks against the tokenizer, one warm-up request
         // per worker), without the gateway: its clients are the ones the pool would use.
         let (pool, _) = connect(pool_config, &expected_vocabulary(tokenizer_file)?, Duration::from_secs(120)).await?;
+        // The pool serves from its first verified worker; this comparison needs every one.
+        anyhow::ensure!(pool.wait_for_workers(args.engines.len(), Duration::from_secs(120)).await, "not every engine passed its start-up check");
         let clients: Arc<Vec<EngineClient>> = Arc::new(pool.workers().iter().map(|w| w.client().clone()).collect());
         let urls: Vec<&str> = args.engines.iter().map(|e| e.url.as_str()).collect();
         let rr = Arc::new(AtomicU64::new(0));
@@ -403,6 +405,7 @@ async fn measure(args: &EnginesArgs, windows: &[Vec<u32>], tokenizer_file: &std:
             (Gateway::start(config, Box::new(backend)).await?, fingerprint)
         } else {
             let (pool, facts) = connect(pool_config, &expected_vocabulary(tokenizer_file)?, Duration::from_secs(120)).await?;
+            anyhow::ensure!(pool.wait_for_workers(args.engines.len(), Duration::from_secs(120)).await, "not every engine passed its start-up check");
             let fingerprint = facts.tokenizer_fingerprint.clone();
             (Gateway::start_with_engines(config, pool, facts).await?, fingerprint)
         };

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cloud_gateway::dispatch::Dispatcher;
-use cloud_gateway::engine::connect::{connect, expected_vocabulary, tokenizer_path};
+use cloud_gateway::engine::connect::{connect, connect_with, expected_vocabulary, tokenizer_path};
+use cloud_gateway::engine::discovery::FixedResolver;
 use cloud_gateway::engine::pool::breaker::{BreakerConfig, BreakerState};
 use cloud_gateway::engine::pool::health::HealthConfig;
 use cloud_gateway::engine::pool::PoolConfig;
@@ -205,6 +206,89 @@ async fn a_killed_worker_moves_its_sessions_to_the_other_and_its_breaker_recover
     for to in ["open", "half_open", "closed"] {
         assert!(line("duet_gateway_engine_breaker_transitions_total", &format!("to=\"{to}\"")), "no transition to {to}: {metrics}");
     }
+    gw.shutdown().await;
+}
+
+/// `metric{worker="LABEL",...} VALUE` summed over the lines that also contain `has`.
+fn metric_for(metrics: &str, name: &str, label: &str, has: &str) -> f64 {
+    let worker = format!("worker=\"{label}\"");
+    metrics.lines().filter(|l| l.starts_with(name) && l.contains(&worker) && l.contains(has)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+async fn scrape(gw: &Gateway) -> String {
+    reqwest::get(format!("http://{}/metrics", gw.http_addr.unwrap())).await.unwrap().text().await.unwrap()
+}
+
+async fn wait_for_labels(gw: &Gateway, want: &[String]) {
+    let Dispatcher::Engines(pool) = &gw.shared.queue else { panic!("not an engine gateway") };
+    let t = Instant::now();
+    loop {
+        let labels: Vec<String> = pool.workers().iter().map(|w| w.label().to_string()).collect();
+        if labels == want {
+            return;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "workers {labels:?}, waiting for {want:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_resolving_to_two_engines_makes_two_workers_and_one_that_leaves_dns_is_drained_without_losing_a_request() {
+    let _serial = SERIAL.lock().await;
+    // Two pods behind a headless Service: one port, two addresses.
+    let port = LlamaServer::free_port();
+    let a = LlamaServer::start_at("127.0.0.1".parse().unwrap(), port, 2).await;
+    let b = LlamaServer::start_at("127.0.0.2".parse().unwrap(), port, 2).await;
+    let (label_a, label_b) = (a.url(), b.url());
+    // At first the name lists A and a pod that does not answer (still scheduled): the gateway
+    // serves once A has passed, and reports the other as being verified.
+    let resolver = Arc::new(FixedResolver::default());
+    resolver.set("llama.test", vec![a.host(), "127.0.0.3".parse().unwrap()]);
+    let mut config = pool_config(vec![format!("llamacpp=dns+http://llama.test:{port}").parse().unwrap()]);
+    config.resolve_interval = Duration::from_millis(200);
+    let expected = expected_vocabulary(&tokenizer_path(LLM)).unwrap();
+    let started = Instant::now();
+    let (pool, facts) = connect_with(config, &expected, Duration::from_secs(60), resolver.clone()).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(30), "served without waiting for the silent address: {:?}", started.elapsed());
+    let labels: Vec<String> = pool.workers().iter().map(|w| w.label().to_string()).collect();
+    assert_eq!(labels, [label_a.clone()]);
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start_with_engines(test_config(dir.path()), pool, facts).await.unwrap();
+    let m = scrape(&gw).await;
+    assert!(m.contains("duet_gateway_engine_workers{state=\"verifying\"} 1"), "{m}");
+    assert!(reqwest::get(format!("http://{}/readyz", gw.http_addr.unwrap())).await.unwrap().status().is_success());
+
+    // The name now lists A and B: the silent address's check is cancelled, B is verified and
+    // joins.
+    resolver.set("llama.test", vec![a.host(), b.host()]);
+    wait_for_labels(&gw, &[label_a.clone(), label_b.clone()]).await;
+    let link = Arc::new(raw_link(gw.local_addr().unwrap(), &dir.path().join("cert.pem"), "device-a", ""));
+    assert!(link.wait_up(Duration::from_secs(10)).await.is_some());
+    let answered = run_sessions(link.clone(), 0..8, 3, Duration::from_secs(30)).await;
+    assert_eq!(answered.len(), 24);
+    check_answers(&a, &answered).await;
+    let m = scrape(&gw).await;
+    let ok = |m: &str, label: &str| metric_for(m, "duet_gateway_engine_requests_total", label, "outcome=\"ok\"");
+    assert!(ok(&m, &label_a) > 0.0 && ok(&m, &label_b) > 0.0, "both pods get sessions: A {} B {}", ok(&m, &label_a), ok(&m, &label_b));
+    assert!(m.contains("duet_gateway_engine_workers{state=\"serving\"} 2"), "{m}");
+
+    // B leaves DNS while sessions run: it is drained (its requests in flight finish), its
+    // sessions move to A, none is lost.
+    let run = tokio::spawn(run_sessions(link.clone(), 100..106, 4, Duration::from_secs(30)));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    resolver.set("llama.test", vec![a.host()]);
+    wait_for_labels(&gw, &[label_a.clone()]).await;
+    let answered = run.await.unwrap();
+    assert_eq!(answered.len(), 24, "every escalation answered across the removal");
+    check_answers(&a, &answered).await;
+    let before = ok(&scrape(&gw).await, &label_b);
+    let answered = run_sessions(link.clone(), 200..206, 2, Duration::from_secs(30)).await;
+    assert_eq!(answered.len(), 12);
+    let m = scrape(&gw).await;
+    assert_eq!(ok(&m, &label_b), before, "a removed worker gets no new request");
+    assert_eq!(metric_for(&m, "duet_gateway_engine_member", &label_b, ""), 0.0, "{m}");
+    assert_eq!(metric_for(&m, "duet_gateway_engine_in_flight", &label_b, ""), 0.0, "its requests finished");
+    assert!(m.contains("duet_gateway_engine_workers{state=\"serving\"} 1"), "{m}");
     gw.shutdown().await;
 }
 

@@ -5,6 +5,7 @@
 //! closes the request's connection, and the engines named here stop the generation when their
 //! client goes away.
 
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use super::{Dialect, EngineError, EngineModel, EngineReply, HttpCall, NextTokenRequest, EngineSpec};
@@ -18,28 +19,39 @@ pub const MAX_RESPONSE_BYTES: usize = 1 << 20;
 pub struct EngineClient {
     http: reqwest::Client,
     base: String,
+    label: String,
     dialect: std::sync::Arc<dyn Dialect>,
 }
 
 impl EngineClient {
-    /// A client for `spec` speaking `dialect`. Connections are kept alive and reused: a
-    /// request per escalation must not pay a TCP handshake.
+    /// A client for `spec` speaking `dialect`; its host name is resolved by each new
+    /// connection.
     pub fn new(spec: &EngineSpec, dialect: std::sync::Arc<dyn Dialect>) -> Result<Self, EngineError> {
-        // https engines use rustls with the provider the QUIC side uses.
-        crate::transport::tls::install_crypto_provider();
-        let http = reqwest::Client::builder()
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(256)
-            .tcp_nodelay(true)
-            .connect_timeout(Duration::from_secs(2))
-            .build()
-            .map_err(|e| EngineError::Transport(format!("HTTP client: {e}")))?;
-        Ok(Self { http, base: spec.url.clone(), dialect })
+        let http = builder().build().map_err(|e| EngineError::Transport(format!("HTTP client: {e}")))?;
+        Ok(Self { http, base: spec.url.clone(), label: spec.url.clone(), dialect })
+    }
+
+    /// A client for the one address `ip` of `spec`'s host (a worker found through DNS): the
+    /// URL keeps its host name (the `Host` header, and the name an https engine's certificate
+    /// is checked against) but every connection goes to `ip`, at the URL's port. Its
+    /// [`label`](Self::label) is `scheme://ip:port`.
+    pub fn pinned(spec: &EngineSpec, ip: IpAddr, dialect: std::sync::Arc<dyn Dialect>) -> Result<Self, EngineError> {
+        let url = reqwest::Url::parse(&spec.url).map_err(|e| EngineError::Transport(format!("engine URL {}: {e}", spec.url)))?;
+        let host = url.host_str().ok_or_else(|| EngineError::Transport(format!("engine URL {} has no host", spec.url)))?;
+        let port = url.port_or_known_default().unwrap_or(80);
+        let http = builder().resolve(host.trim_start_matches('[').trim_end_matches(']'), SocketAddr::new(ip, port)).build().map_err(|e| EngineError::Transport(format!("HTTP client: {e}")))?;
+        Ok(Self { http, base: spec.url.clone(), label: pinned_label(url.scheme(), ip, port), dialect })
     }
 
     /// The worker's base URL.
     pub fn url(&self) -> &str {
         &self.base
+    }
+
+    /// The worker's name in metrics, logs and rendezvous hashing: its base URL, or
+    /// `scheme://ip:port` for a [pinned](Self::pinned) client.
+    pub fn label(&self) -> &str {
+        &self.label
     }
 
     /// The dialect this client speaks.
@@ -106,6 +118,19 @@ impl EngineClient {
     }
 }
 
+/// Connections are kept alive and reused: a request per escalation must not pay a TCP
+/// handshake.
+fn builder() -> reqwest::ClientBuilder {
+    // https engines use rustls with the provider the QUIC side uses.
+    crate::transport::tls::install_crypto_provider();
+    reqwest::Client::builder().pool_idle_timeout(Duration::from_secs(90)).pool_max_idle_per_host(256).tcp_nodelay(true).connect_timeout(Duration::from_secs(2))
+}
+
+/// `scheme://ip:port`, with an IPv6 address in brackets.
+pub fn pinned_label(scheme: &str, ip: IpAddr, port: u16) -> String {
+    format!("{scheme}://{}", SocketAddr::new(ip, port))
+}
+
 fn transport(e: reqwest::Error) -> EngineError {
     if e.is_timeout() {
         return EngineError::Timeout;
@@ -144,5 +169,17 @@ mod tests {
         let e = status_error(500, b"boom");
         assert_eq!(e, EngineError::Status { status: 500, message: "boom".into() });
         assert!(e.is_retryable());
+    }
+
+    #[test]
+    fn a_pinned_client_is_labelled_by_its_address_and_keeps_the_name_in_its_url() {
+        let spec: EngineSpec = "llamacpp=http://llama.duet.svc:8080".parse().unwrap();
+        let dialect = std::sync::Arc::new(crate::engine::llamacpp::LlamaCppDialect);
+        let v4 = EngineClient::pinned(&spec, "10.0.0.5".parse().unwrap(), dialect.clone()).unwrap();
+        assert_eq!((v4.url(), v4.label()), ("http://llama.duet.svc:8080", "http://10.0.0.5:8080"));
+        let v6 = EngineClient::pinned(&spec, "fd00::7".parse().unwrap(), dialect.clone()).unwrap();
+        assert_eq!(v6.label(), "http://[fd00::7]:8080");
+        let https: EngineSpec = "sglang=https://gpu.example".parse().unwrap();
+        assert_eq!(EngineClient::pinned(&https, "10.0.0.9".parse().unwrap(), dialect).unwrap().label(), "https://10.0.0.9:443");
     }
 }

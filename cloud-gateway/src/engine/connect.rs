@@ -1,6 +1,8 @@
 //! Start-up of an engine pool: find the devices' tokenizer, speak to every worker in its
-//! dialect, refuse any worker that serves another vocabulary, and measure a first service time.
+//! dialect, refuse any worker that serves another vocabulary, serve as soon as one worker has
+//! passed (the rest join as they pass, [`super::discovery`]), and measure a first service time.
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,6 +12,7 @@ use model_runtime::model_files::duet_home;
 use model_runtime::tokenizer::Tokenizer;
 
 use super::client::EngineClient;
+use super::discovery::{Discovery, Resolve, SystemResolver};
 use super::llamacpp::LlamaCppDialect;
 use super::pool::{EnginePool, PoolConfig};
 use super::sglang::SglangDialect;
@@ -39,43 +42,44 @@ pub fn expected_vocabulary(tokenizer_json: &Path) -> anyhow::Result<ExpectedVoca
     Ok(ExpectedVocabulary { fingerprint: tokenizer.fingerprint().to_string(), vocab_size: tokenizer.vocab_size(), probe_ids })
 }
 
-/// Connect to every engine of `config`, check each against `expected` (waiting up to `wait`
-/// for engines still loading), and return the pool with the facts devices will be told.
+/// Connect to the engines of `config` through the system resolver: see [`connect_with`].
 pub async fn connect(config: PoolConfig, expected: &ExpectedVocabulary, wait: Duration) -> anyhow::Result<(EnginePool, ModelFacts)> {
-    anyhow::ensure!(!config.engines.is_empty(), "no engine given (--engine KIND=URL)");
-    let checks = config.engines.iter().map(|spec| {
-        let spec = spec.clone();
-        let expected = expected.clone();
-        tokio::spawn(async move { connect_one(&spec, &expected, wait).await })
-    });
-    let mut clients = Vec::new();
-    let mut models = Vec::new();
-    for (spec, check) in config.engines.iter().zip(checks.collect::<Vec<_>>()) {
-        let (client, model) = check.await.with_context(|| format!("checking {spec}"))??;
-        tracing::info!(engine = %spec, model = %model.id, vocab = ?model.vocab_size, context = ?model.max_context, "engine verified");
-        clients.push(client);
-        models.push(model);
-    }
-    let vocab_size = models.iter().filter_map(|m| m.vocab_size).min().unwrap_or(expected.vocab_size);
+    connect_with(config, expected, wait, Arc::new(SystemResolver)).await
+}
+
+/// Check the engines of `config` against `expected` (`dns+` entries: every address `resolver`
+/// gives for their name), waiting up to `wait` for engines still loading, and return the pool
+/// as soon as **one** worker has passed, with the facts devices will be told (that worker's
+/// model). The other workers join the pool as their checks pass; discovered names are resolved
+/// again every `config.resolve_interval` ([`Discovery`]). Fails when no worker passes within
+/// `wait`, or every one was refused (another vocabulary, ...), naming each and why.
+pub async fn connect_with(config: PoolConfig, expected: &ExpectedVocabulary, wait: Duration, resolver: Arc<dyn Resolve>) -> anyhow::Result<(EnginePool, ModelFacts)> {
+    let mut discovery = Discovery::new(config.engines.clone(), resolver, expected.clone(), wait, config.resolve_interval, config.refused_retry);
+    let (client, rank, model) = discovery.start(wait).await?;
+    tracing::info!(worker = client.label(), model = %model.id, vocab = ?model.vocab_size, context = ?model.max_context, "engine verified: serving (other workers join as their checks pass)");
+    let vocab_size = model.vocab_size.unwrap_or(expected.vocab_size);
     let facts = ModelFacts {
-        llm_id: models[0].id.rsplit('/').next().unwrap_or(&models[0].id).to_string(),
+        llm_id: model.id.rsplit('/').next().unwrap_or(&model.id).to_string(),
         tokenizer_fingerprint: expected.fingerprint.clone(),
         vocab_size,
-        max_context: models.iter().filter_map(|m| m.max_context).min().unwrap_or(DEFAULT_ENGINE_CONTEXT),
+        max_context: model.max_context.unwrap_or(DEFAULT_ENGINE_CONTEXT),
     };
-    let pool = EnginePool::new(config, clients, vocab_size);
+    let mut pool = EnginePool::with_worker(config, client, rank, vocab_size);
     pool.set_service_ms(warm_up(&pool).await);
+    let task = tokio::spawn(discovery.run(Arc::downgrade(pool.members()), facts.clone()));
+    pool.attach_discovery(task.abort_handle());
     Ok((pool, facts))
 }
 
-/// One worker: the right dialect (vLLM's depends on what the server offers), then the checks.
-async fn connect_one(spec: &EngineSpec, expected: &ExpectedVocabulary, wait: Duration) -> anyhow::Result<(EngineClient, EngineModel)> {
+/// One worker (`pin`: the address of a discovered one): the right dialect (vLLM's depends on
+/// what the server offers), then the checks.
+pub(crate) async fn connect_one(spec: &EngineSpec, pin: Option<IpAddr>, expected: &ExpectedVocabulary, wait: Duration) -> anyhow::Result<(EngineClient, EngineModel)> {
     let dialect: Arc<dyn Dialect> = match spec.kind {
         EngineKind::LlamaCpp => Arc::new(LlamaCppDialect),
         EngineKind::Sglang => Arc::new(SglangDialect::new()),
         EngineKind::Vllm => Arc::new(VllmDialect::new(VllmApi::Completions)),
     };
-    let client = EngineClient::new(spec, dialect)?;
+    let client = client_for(spec, pin, dialect)?;
     let model = verify_engine(&client, expected, wait).await?;
     if spec.kind != EngineKind::Vllm {
         return Ok((client, model));
@@ -86,22 +90,34 @@ async fn connect_one(spec: &EngineSpec, expected: &ExpectedVocabulary, wait: Dur
         Err(_) => VllmApi::Completions,
     };
     let dialect = Arc::new(VllmDialect::new(api).with_model(&model.id));
-    Ok((EngineClient::new(spec, dialect)?, model))
+    Ok((client_for(spec, pin, dialect)?, model))
 }
 
-/// A one-token request on every worker; returns the slowest time in ms (so devices' first
-/// deadlines are not too short), or 0 if every worker failed it (the first real escalations
-/// then report).
+fn client_for(spec: &EngineSpec, pin: Option<IpAddr>, dialect: Arc<dyn Dialect>) -> Result<EngineClient, super::EngineError> {
+    match pin {
+        Some(ip) => EngineClient::pinned(spec, ip, dialect),
+        None => EngineClient::new(spec, dialect),
+    }
+}
+
+/// A one-token request on the first worker, for the service time devices are first told;
+/// 0 (the first real escalations then report) if it fails or takes longer than
+/// [`WARM_UP_LIMIT`]. Bounded so that a gateway restarting while engines are saturated (its
+/// request queued behind the other replicas') starts in time: every worker once, 30 s each, kept
+/// a restarted replica from opening its ports for most of a minute under load.
 async fn warm_up(pool: &EnginePool) -> u32 {
     let sampling = Default::default();
     let request = NextTokenRequest { context: &[0], sampling: &sampling, seed: None, max_new_tokens: 1, top_logprobs: 0, slot: None };
-    let mut slowest = 0u32;
-    for w in pool.workers() {
-        let t = Instant::now();
-        match w.client().next_token(&request, Duration::from_secs(30)).await {
-            Ok(_) => slowest = slowest.max(t.elapsed().as_millis().clamp(1, u128::from(u32::MAX)) as u32),
-            Err(e) => tracing::warn!(worker = w.label(), error = %e, "engine warm-up request failed"),
+    let Some(w) = pool.workers().first().cloned() else { return 0 };
+    let t = Instant::now();
+    match w.client().next_token(&request, WARM_UP_LIMIT).await {
+        Ok(_) => t.elapsed().as_millis().clamp(1, u128::from(u32::MAX)) as u32,
+        Err(e) => {
+            tracing::warn!(worker = w.label(), error = %e, "engine warm-up request failed or was slow: the first escalations will measure the service time");
+            0
         }
     }
-    slowest
 }
+
+/// Longest warm-up request at start-up.
+pub const WARM_UP_LIMIT: Duration = Duration::from_secs(2);

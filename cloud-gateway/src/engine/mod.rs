@@ -15,6 +15,7 @@
 
 pub mod client;
 pub mod connect;
+pub mod discovery;
 pub mod llamacpp;
 pub mod pool;
 pub mod sglang;
@@ -69,32 +70,61 @@ impl FromStr for EngineKind {
     }
 }
 
-/// One engine worker: its kind and base URL (`--engine llamacpp=http://127.0.0.1:8080`).
+/// One engine entry: its kind and base URL (`--engine llamacpp=http://127.0.0.1:8080`), one
+/// worker; or, written `dns+http://...`, one worker per address its host name resolves to.
+///
+/// Discovery is asked for explicitly rather than inferred from a name that happens to resolve
+/// to several addresses: a plain URL keeps meaning one worker whose HTTP client resolves the
+/// name per connection (a ClusterIP Service, an external load balancer, replicas behind one
+/// endpoint), so a configuration does not change behaviour when DNS starts returning more
+/// records; and a discovered engine stays discovered when its name resolves to a single pod
+/// (an engine Deployment scaled from 1 to N needs no configuration change). The `dns+` prefix
+/// is the one Thanos and Cortex use for the same thing.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct EngineSpec {
     /// What runs there.
     pub kind: EngineKind,
-    /// Base URL without a trailing slash, e.g. `http://10.0.0.5:30000`.
+    /// Base URL without a trailing slash (and without `dns+`), e.g. `http://10.0.0.5:30000`.
     pub url: String,
+    /// `dns+`: one worker per address the URL's host resolves to, re-resolved periodically
+    /// (a Kubernetes headless Service's name lists its pods).
+    pub discover: bool,
+}
+
+impl EngineSpec {
+    /// One worker at `url` (no discovery).
+    pub fn fixed(kind: EngineKind, url: impl Into<String>) -> Self {
+        Self { kind, url: url.into(), discover: false }
+    }
 }
 
 impl FromStr for EngineSpec {
     type Err = String;
-    /// `KIND=URL`, e.g. `sglang=http://10.0.0.5:30000`.
+    /// `KIND=URL`, e.g. `sglang=http://10.0.0.5:30000`, or `KIND=dns+URL`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (kind, url) = s.split_once('=').ok_or_else(|| format!("engine `{s}`: expected KIND=URL, e.g. llamacpp=http://127.0.0.1:8080"))?;
         let kind: EngineKind = kind.trim().parse()?;
         let url = url.trim().trim_end_matches('/');
+        let (discover, url) = match url.strip_prefix("dns+") {
+            Some(rest) => (true, rest),
+            None => (false, url),
+        };
         if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() <= "https://".len() {
-            return Err(format!("engine `{s}`: the URL must start with http:// or https://"));
+            return Err(format!("engine `{s}`: the URL must start with http:// or https:// (dns+http:// or dns+https:// to discover workers)"));
         }
-        Ok(Self { kind, url: url.to_string() })
+        if discover {
+            let parsed = reqwest::Url::parse(url).map_err(|e| format!("engine `{s}`: {e}"))?;
+            if parsed.host_str().is_none() {
+                return Err(format!("engine `{s}`: dns+ needs a host name to resolve"));
+            }
+        }
+        Ok(Self { kind, url: url.to_string(), discover })
     }
 }
 
 impl fmt::Display for EngineSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}={}", self.kind, self.url)
+        write!(f, "{}={}{}", self.kind, if self.discover { "dns+" } else { "" }, self.url)
     }
 }
 
@@ -289,12 +319,20 @@ mod tests {
     #[test]
     fn an_engine_is_named_kind_equals_url() {
         let spec: EngineSpec = "llamacpp=http://127.0.0.1:8080/".parse().unwrap();
-        assert_eq!(spec, EngineSpec { kind: EngineKind::LlamaCpp, url: "http://127.0.0.1:8080".into() });
+        assert_eq!(spec, EngineSpec::fixed(EngineKind::LlamaCpp, "http://127.0.0.1:8080"));
         assert_eq!(spec.to_string(), "llamacpp=http://127.0.0.1:8080");
         assert_eq!("SGLang=https://gpu:30000".parse::<EngineSpec>().unwrap().kind, EngineKind::Sglang);
-        for bad in ["http://x:1", "tgi=http://x:1", "vllm=x:1", "vllm=http://"] {
+        for bad in ["http://x:1", "tgi=http://x:1", "vllm=x:1", "vllm=http://", "vllm=dns+x:1", "vllm=dns+http://"] {
             assert!(bad.parse::<EngineSpec>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn dns_plus_asks_for_one_worker_per_resolved_address() {
+        let spec: EngineSpec = "llamacpp=dns+http://duet-llama.duet.svc:8080/".parse().unwrap();
+        assert_eq!(spec, EngineSpec { kind: EngineKind::LlamaCpp, url: "http://duet-llama.duet.svc:8080".into(), discover: true });
+        assert_eq!(spec.to_string(), "llamacpp=dns+http://duet-llama.duet.svc:8080");
+        assert!(!"llamacpp=http://duet-llama.duet.svc:8080".parse::<EngineSpec>().unwrap().discover, "a plain URL stays one worker");
     }
 
     #[test]

@@ -92,7 +92,7 @@ pub enum VerifyError {
 /// Wait for `client` to be healthy (engines answer 503 while loading), then check its model
 /// against `expected`. Returns what the engine said about its model.
 pub async fn verify_engine(client: &EngineClient, expected: &ExpectedVocabulary, wait: Duration) -> Result<EngineModel, VerifyError> {
-    let url = client.url().to_string();
+    let url = client.label().to_string();
     let started = std::time::Instant::now();
     while !client.is_healthy(Duration::from_secs(2)).await {
         if started.elapsed() >= wait {

@@ -38,6 +38,7 @@ fn free_tcp_port() -> u16 {
 /// A `llama-server` child process serving the LLM; killed when dropped.
 pub struct LlamaServer {
     child: Option<Child>,
+    host: std::net::IpAddr,
     port: u16,
     parallel: usize,
 }
@@ -46,15 +47,26 @@ impl LlamaServer {
     /// Start one with `parallel` slots of 2048 tokens each, on a free port, and wait until it
     /// is healthy.
     pub async fn start(parallel: usize) -> Self {
-        let mut server = Self { child: None, port: free_tcp_port(), parallel };
+        Self::start_at("127.0.0.1".parse().unwrap(), free_tcp_port(), parallel).await
+    }
+
+    /// Start one on `host:port` (pods behind a headless Service share a port and differ by
+    /// address: loopback has 127.0.0.0/8 for that), and wait until it is healthy.
+    pub async fn start_at(host: std::net::IpAddr, port: u16, parallel: usize) -> Self {
+        let mut server = Self { child: None, host, port, parallel };
         server.spawn();
         server.wait_healthy(Duration::from_secs(120)).await;
         server
     }
 
+    /// A TCP port free on loopback now.
+    pub fn free_port() -> u16 {
+        free_tcp_port()
+    }
+
     fn spawn(&mut self) {
         let child = Command::new(llama_server_exe())
-            .args(["-m", llm_gguf().to_str().unwrap(), "--host", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["-m", llm_gguf().to_str().unwrap(), "--host", &self.host.to_string(), "--port", &self.port.to_string()])
             .args(["-np", &self.parallel.to_string(), "-c", &(2048 * self.parallel).to_string(), "-t", "1", "--threads-http", "128", "--metrics", "--log-disable"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -65,12 +77,17 @@ impl LlamaServer {
 
     /// Its base URL.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}", std::net::SocketAddr::new(self.host, self.port))
     }
 
     /// Its `--engine` value.
     pub fn spec(&self) -> EngineSpec {
-        EngineSpec { kind: EngineKind::LlamaCpp, url: self.url() }
+        EngineSpec::fixed(EngineKind::LlamaCpp, self.url())
+    }
+
+    /// The address it listens on.
+    pub fn host(&self) -> std::net::IpAddr {
+        self.host
     }
 
     /// Wait for `/health` to answer 200.
@@ -211,7 +228,7 @@ impl FaultProxy {
 
     /// Its `--engine` value.
     pub fn spec(&self) -> EngineSpec {
-        EngineSpec { kind: EngineKind::LlamaCpp, url: format!("http://{}", self.addr) }
+        EngineSpec::fixed(EngineKind::LlamaCpp, format!("http://{}", self.addr))
     }
 }
 

@@ -13,16 +13,21 @@
 //!   carry their seed).
 //! - **Bounded**: at most `max_in_flight` requests per worker; when no worker has room the
 //!   gateway answers `Busy` at once ([`EnginePool::has_room`]).
+//! - **Membership**: workers join (verified first) and leave (drained: no new picks, requests
+//!   in flight finish) while the pool serves, as discovered engines' names resolve to other
+//!   addresses ([`membership`], [`crate::engine::discovery`]). The set is replaced as a whole,
+//!   so a request keeps the set it started with.
 //!
 //! The policies are pure functions of `now` and the workers' figures, tested without a server;
 //! this module is the async shell that applies them and records the per-worker metrics.
 
 pub mod breaker;
 pub mod health;
+pub mod membership;
 pub mod pick;
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use common::sampling::SamplingParams;
@@ -56,6 +61,11 @@ pub struct PoolConfig {
     pub breaker: BreakerConfig,
     /// Active health checks.
     pub health: HealthConfig,
+    /// How often discovered engines' names are resolved again (`dns+` engines), and a failed
+    /// start-up check of a listed engine is looked at again.
+    pub resolve_interval: Duration,
+    /// How long an address whose start-up check failed stays out before it is checked again.
+    pub refused_retry: Duration,
 }
 
 impl Default for PoolConfig {
@@ -70,6 +80,8 @@ impl Default for PoolConfig {
             pick: PickPolicy::default(),
             breaker: BreakerConfig::default(),
             health: HealthConfig::default(),
+            resolve_interval: Duration::from_secs(5),
+            refused_retry: Duration::from_secs(30),
         }
     }
 }
@@ -92,6 +104,10 @@ pub enum PoolError {
 pub struct Worker {
     client: EngineClient,
     label: String,
+    /// Its engine's position in the configuration: workers are listed by it, then by label.
+    rank: usize,
+    /// Removed from the pool: takes no new request (those in flight finish).
+    retired: AtomicBool,
     in_flight: AtomicUsize,
     state: Mutex<WorkerState>,
     /// Woken when health checks find the worker down: its requests in flight give up at once
@@ -121,10 +137,18 @@ impl Worker {
     }
 
     /// Whether it is healthy and its breaker would let a request through now (half-open only
-    /// while its trial slot is free).
+    /// while its trial slot is free), and it has not left the pool.
     pub fn is_available(&self, now: Instant) -> bool {
+        if self.retired.load(Ordering::Relaxed) {
+            return false;
+        }
         let st = self.lock();
         st.health.is_healthy() && st.breaker.allows(now)
+    }
+
+    /// Whether it has left the pool (it finishes its requests in flight, takes no new one).
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Relaxed)
     }
 
     /// Its breaker's state now.
@@ -194,9 +218,68 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// The pool's workers now. Replaced as a whole when one joins or leaves, so that a request
+/// keeps the set it started with (its candidates' indices stay valid) while membership
+/// changes; a worker that leaves stays alive as long as a request holds it.
+pub struct WorkerSet {
+    current: RwLock<Arc<Vec<Arc<Worker>>>>,
+    breaker: BreakerConfig,
+    health: HealthConfig,
+}
+
+impl WorkerSet {
+    fn new(breaker: BreakerConfig, health: HealthConfig) -> Self {
+        Self { current: RwLock::new(Arc::new(Vec::new())), breaker, health }
+    }
+
+    /// The workers now, by engine position in the configuration, then label.
+    pub fn snapshot(&self) -> Arc<Vec<Arc<Worker>>> {
+        self.current.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Add a worker talking through `client` (assumed healthy until checked) for the engine at
+    /// position `rank` of the configuration. `false` if a worker with its label is already in.
+    pub fn add(&self, client: EngineClient, rank: usize) -> bool {
+        let label = client.label().to_string();
+        let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
+        if current.iter().any(|w| w.label == label) {
+            return false;
+        }
+        metrics::gauge!("duet_gateway_engine_member", "worker" => label.clone()).set(1.0);
+        metrics::gauge!("duet_gateway_engine_healthy", "worker" => label.clone()).set(1.0);
+        metrics::gauge!("duet_gateway_engine_breaker_state", "worker" => label.clone()).set(BreakerState::Closed.as_gauge());
+        let worker = Arc::new(Worker {
+            label,
+            rank,
+            client,
+            retired: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+            down: tokio::sync::Notify::new(),
+            state: Mutex::new(WorkerState { breaker: CircuitBreaker::new(self.breaker), health: HealthTracker::new(self.health, true) }),
+        });
+        let mut next: Vec<Arc<Worker>> = current.iter().cloned().chain(std::iter::once(worker)).collect();
+        next.sort_by(|a, b| (a.rank, &a.label).cmp(&(b.rank, &b.label)));
+        *current = Arc::new(next);
+        true
+    }
+
+    /// Take the worker labelled `label` out: no new request goes to it, those in flight
+    /// finish. `false` if there is none.
+    pub fn remove(&self, label: &str) -> bool {
+        let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
+        let Some(worker) = current.iter().find(|w| w.label == label).cloned() else { return false };
+        worker.retired.store(true, Ordering::Relaxed);
+        // Its series stay in the exporter at their last values; `member` 0 says to ignore them
+        // (the alerts on health and breakers do).
+        metrics::gauge!("duet_gateway_engine_member", "worker" => worker.label.clone()).set(0.0);
+        *current = Arc::new(current.iter().filter(|w| w.label != label).cloned().collect());
+        true
+    }
+}
+
 /// The engine workers behind one gateway.
 pub struct EnginePool {
-    workers: Vec<Arc<Worker>>,
+    members: Arc<WorkerSet>,
     config: PoolConfig,
     round_robin: AtomicU64,
     /// Smoothed successful request time, ms (announced to devices as the service time).
@@ -204,32 +287,71 @@ pub struct EnginePool {
     /// Token ids at or above this are not tokens the devices share: an engine answering one
     /// is broken.
     vocab_size: usize,
+    /// The task that keeps membership up to date (discovered engines, late workers), if any:
+    /// stopped with the pool.
+    discovery: Option<tokio::task::AbortHandle>,
+}
+
+impl Drop for EnginePool {
+    fn drop(&mut self) {
+        if let Some(task) = &self.discovery {
+            task.abort();
+        }
+    }
 }
 
 impl EnginePool {
     /// A pool over `clients` (one per `config.engines` entry, in order), all assumed healthy
     /// until checked; answers must be ids below `vocab_size`.
     pub fn new(config: PoolConfig, clients: Vec<EngineClient>, vocab_size: usize) -> Self {
-        let workers = clients
-            .into_iter()
-            .map(|client| {
-                let label = client.url().to_string();
-                metrics::gauge!("duet_gateway_engine_breaker_state", "worker" => label.clone()).set(BreakerState::Closed.as_gauge());
-                Arc::new(Worker {
-                    label,
-                    client,
-                    in_flight: AtomicUsize::new(0),
-                    down: tokio::sync::Notify::new(),
-                    state: Mutex::new(WorkerState { breaker: CircuitBreaker::new(config.breaker), health: HealthTracker::new(config.health, true) }),
-                })
-            })
-            .collect();
-        Self { workers, config, round_robin: AtomicU64::new(0), service_ms: AtomicU32::new(0), vocab_size }
+        let members = Arc::new(WorkerSet::new(config.breaker, config.health));
+        for (rank, client) in clients.into_iter().enumerate() {
+            members.add(client, rank);
+        }
+        Self { members, config, round_robin: AtomicU64::new(0), service_ms: AtomicU32::new(0), vocab_size, discovery: None }
     }
 
-    /// The workers, in configuration order.
-    pub fn workers(&self) -> &[Arc<Worker>] {
-        &self.workers
+    /// A pool starting with the one worker `client` (of the engine at position `rank` of
+    /// `config.engines`), assumed healthy until checked; others join through
+    /// [`WorkerSet::add`].
+    pub fn with_worker(config: PoolConfig, client: EngineClient, rank: usize, vocab_size: usize) -> Self {
+        let pool = Self::new(config, Vec::new(), vocab_size);
+        pool.members.add(client, rank);
+        pool
+    }
+
+    /// The workers now, by engine position in the configuration, then label (a snapshot:
+    /// membership may change after it is taken).
+    pub fn workers(&self) -> Arc<Vec<Arc<Worker>>> {
+        self.members.snapshot()
+    }
+
+    /// The set workers join and leave through (the discovery task holds it weakly).
+    pub(crate) fn members(&self) -> &Arc<WorkerSet> {
+        &self.members
+    }
+
+    /// Hand the pool the task that maintains its membership, to stop with it.
+    pub(crate) fn attach_discovery(&mut self, task: tokio::task::AbortHandle) {
+        if let Some(old) = self.discovery.replace(task) {
+            old.abort();
+        }
+    }
+
+    /// Wait until the pool has at least `n` workers (engines verified after start-up join
+    /// it as they pass); `false` if `timeout` passes first. For benchmarks that compare
+    /// workers, which the gateway itself does not wait for.
+    pub async fn wait_for_workers(&self, n: usize, timeout: Duration) -> bool {
+        let until = Instant::now() + timeout;
+        loop {
+            if self.members.snapshot().len() >= n {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Smoothed engine time per escalation, ms.
@@ -242,31 +364,34 @@ impl EnginePool {
         self.service_ms.store(ms, Ordering::Relaxed);
     }
 
-    /// Requests in flight on all workers.
+    /// Requests in flight on all workers (of the pool now: a removed worker's last requests
+    /// are not counted).
     pub fn in_flight(&self) -> usize {
-        self.workers.iter().map(|w| w.in_flight()).sum()
+        self.members.snapshot().iter().map(|w| w.in_flight()).sum()
     }
 
     /// Most requests in flight on all workers together.
     pub fn capacity(&self) -> usize {
-        self.workers.len() * self.config.max_in_flight_per_worker.max(1)
+        self.members.snapshot().len() * self.config.max_in_flight_per_worker.max(1)
     }
 
     /// Whether some available worker has room for another request: if not, the gateway
     /// answers `Busy` instead of queueing.
     pub fn has_room(&self, now: Instant) -> bool {
-        self.workers.iter().any(|w| w.in_flight() < self.config.max_in_flight_per_worker && w.is_available(now))
+        self.members.snapshot().iter().any(|w| w.in_flight() < self.config.max_in_flight_per_worker && w.is_available(now))
     }
 
     /// Whether any worker is available at all (readiness).
     pub fn any_available(&self, now: Instant) -> bool {
-        self.workers.iter().any(|w| w.is_available(now))
+        self.members.snapshot().iter().any(|w| w.is_available(now))
     }
 
     /// The next token for `request`, trying workers as the policies say until one answers or
     /// `deadline` passes.
     pub async fn next_token(&self, request: &BackendRequest, deadline: Instant) -> Result<EngineReply, PoolError> {
-        let order = rendezvous_order(&session_hash_key(&request.session), &self.labels());
+        let workers = self.members.snapshot();
+        let labels: Vec<&str> = workers.iter().map(|w| w.label.as_str()).collect();
+        let order = rendezvous_order(&session_hash_key(&request.session), &labels);
         let rr = self.round_robin.fetch_add(1, Ordering::Relaxed);
         let sampling = request.sampling;
         let seed = seed_for(&sampling, request.seq);
@@ -281,7 +406,7 @@ impl EnginePool {
             let candidates: Vec<Candidate> = order
                 .iter()
                 .map(|&index| {
-                    let w = &self.workers[index];
+                    let w = &workers[index];
                     Candidate { index, eligible: w.in_flight() < self.config.max_in_flight_per_worker && w.is_available(now), in_flight: w.in_flight() }
                 })
                 .collect();
@@ -293,7 +418,7 @@ impl EnginePool {
                 });
             };
             tried.push(index);
-            let worker = &self.workers[index];
+            let worker = &workers[index];
             let (acquired, half_opened) = {
                 let mut st = worker.lock();
                 let half_opened = st.breaker.poll(now);
@@ -343,10 +468,6 @@ impl EnginePool {
         Err(last_error.map_or(PoolError::NoWorker, PoolError::Engine))
     }
 
-    fn labels(&self) -> Vec<&str> {
-        self.workers.iter().map(|w| w.label.as_str()).collect()
-    }
-
     fn check_vocab(&self, reply: EngineReply) -> Result<EngineReply, EngineError> {
         match reply.tokens.iter().find(|t| t.id as usize >= self.vocab_size) {
             Some(t) => Err(EngineError::TokenOutOfVocabulary { id: t.id, vocab_size: self.vocab_size }),
@@ -381,7 +502,8 @@ impl EnginePool {
             loop {
                 tick.tick().await;
                 let Some(pool) = pool.upgrade() else { return };
-                let checks = pool.workers.iter().map(|w| {
+                let workers = pool.members.snapshot();
+                let checks = workers.iter().map(|w| {
                     let w = w.clone();
                     async move {
                         // Report a breaker whose pause is over (Open -> HalfOpen) even if no
@@ -389,6 +511,9 @@ impl EnginePool {
                         let half_opened = w.lock().breaker.poll(Instant::now());
                         w.record_transition(half_opened);
                         let ok = w.client.is_healthy(timeout).await;
+                        if w.is_retired() {
+                            return;
+                        }
                         if let Some(healthy) = w.lock().health.record(ok) {
                             tracing::warn!(worker = %w.label, healthy, "engine health changed");
                             metrics::gauge!("duet_gateway_engine_healthy", "worker" => w.label.clone()).set(if healthy { 1.0 } else { 0.0 });
