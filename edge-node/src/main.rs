@@ -20,6 +20,11 @@ struct Cli {
     /// Log filter (tracing's EnvFilter syntax), e.g. `info` or `edge_node=debug`.
     #[arg(long, global = true, env = "DUET_LOG", default_value = "warn")]
     log: String,
+    /// Export traces (a span per generation and per escalation; sampled escalations carry
+    /// their trace context to the gateway) over OTLP/HTTP to this collector, e.g.
+    /// http://127.0.0.1:4318. Off by default; the standard OTEL_* variables apply too.
+    #[arg(long, global = true, env = "DUET_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -41,7 +46,8 @@ fn main() -> anyhow::Result<()> {
         Some(file) => Cli::parse_from(common::config_file::strip(common::config_file::expand(&<Cli as clap::CommandFactory>::command(), argv, &file)?)),
         None => Cli::parse_from(argv),
     };
-    common::telemetry::init_logging(&cli.log)?;
+    // Kept to the end: dropping it exports the spans still buffered.
+    let _telemetry = common::telemetry::init(&cli.log, cli.otlp_endpoint.as_deref(), "edge-node")?;
     match cli.command {
         Command::Generate(args) => generate_cmd::run(*args),
         Command::Bench(args) => bench_cmd::run(args),

@@ -19,8 +19,16 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// Build the quinn server config with ALPN `duet/1`: up to 1024 request streams open at once
-/// per device, no unidirectional streams.
+/// Most request streams a device may have open at once. quinn reserves state for every stream
+/// a peer may open when the connection starts (two hash-map entries each), so this is paid by
+/// every connected device, idle or not: at 1024 it was ~85 KiB of the gateway's ~120 KiB per
+/// idle device (`loadtest fleet`, heaptrack). A device needs one stream per session's waiting
+/// escalation plus a pre-sync, a ping and an `EndSession` now and then; 128 leaves room for
+/// every session `Welcome` allows (64) and a request beyond it waits for a free stream.
+pub const MAX_STREAMS_PER_DEVICE: u32 = 128;
+
+/// Build the quinn server config with ALPN `duet/1`: up to [`MAX_STREAMS_PER_DEVICE`] request
+/// streams open at once per device, no unidirectional streams.
 pub fn server_config(source: &CertSource, idle_timeout: std::time::Duration) -> anyhow::Result<quinn::ServerConfig> {
     install_crypto_provider();
     let (chain, key) = match source {
@@ -44,7 +52,7 @@ pub fn server_config(source: &CertSource, idle_timeout: std::time::Duration) -> 
     let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     let mut transport = quinn::TransportConfig::default();
     transport.max_idle_timeout(Some(idle_timeout.try_into().context("idle timeout")?));
-    transport.max_concurrent_bidi_streams(1024u32.into());
+    transport.max_concurrent_bidi_streams(MAX_STREAMS_PER_DEVICE.into());
     transport.max_concurrent_uni_streams(0u32.into());
     cfg.transport_config(Arc::new(transport));
     Ok(cfg)

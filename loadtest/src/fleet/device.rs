@@ -158,7 +158,7 @@ pub async fn run_device(env: Arc<Env>, spec: DeviceSpec, fingerprint: Arc<str>) 
     }
     // The first session starts at a random point of the first think period, so sessions do
     // not all begin at once.
-    let first = env.load_start + env.think_mean.mul_f64(rng.random::<f64>());
+    let first = (env.load_start + env.think_mean.mul_f64(rng.random::<f64>())).min(env.end);
     tokio::time::sleep_until(first.max(Instant::now()).into()).await;
     let mut outcomes: Vec<(Instant, bool)> = Vec::new();
     let mut session_id = 0u64;
