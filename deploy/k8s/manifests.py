@@ -93,34 +93,15 @@ def check_consistency(items: list[dict], help_text: str, llama_help: str | None)
                     errors.append(f"{where}: {n} is not a cloud-gateway variable (cloud-gateway --help)")
 
     # 2. gateway.toml: keys are flags (the binary's --check also refuses unknown keys by name;
-    #    this names the overlay). The engine list names exactly the engine StatefulSets' pods.
+    #    this names the overlay). Engines: see check_engines.
     cfg = tomllib.loads(gateway_toml(items))
     for key in cfg:
         if f"--{key}" not in flags:
             errors.append(f"gateway.toml: `{key}` is not a cloud-gateway flag")
     engines = cfg.get("engine", [])
-    expected = set()
     services = {s["metadata"]["name"]: s for s in by_kind(items, "Service")}
-    for sts in by_kind(items, "StatefulSet"):
-        svc_name = sts["spec"]["serviceName"]
-        svc = services.get(svc_name)
-        if svc is None or svc["spec"].get("clusterIP") != "None":
-            errors.append(f"StatefulSet/{sts['metadata']['name']}: serviceName {svc_name} is not a headless Service here")
-            continue
-        if not svc["spec"].get("publishNotReadyAddresses"):
-            errors.append(f"Service/{svc_name}: publishNotReadyAddresses must be true (the gateway waits for loading engines by name)")
-        port = svc["spec"]["ports"][0]["port"]
-        for i in range(sts["spec"].get("replicas", 1)):
-            expected.add(f"{sts['metadata']['name']}-{i}.{svc_name}:{port}")
-    listed = set()
-    for e in engines:
-        m = re.fullmatch(r"(\w[\w.-]*)=https?://([^/]+)/?", e)
-        if not m:
-            errors.append(f"gateway.toml: engine `{e}` is not KIND=URL")
-            continue
-        listed.add(m.group(2))
-    if listed != expected:
-        errors.append(f"gateway.toml engine list {sorted(listed)} != engine StatefulSet pods {sorted(expected)} (replicas and list must change together)")
+    errors += check_engines(items, engines, services)
+    errors += check_drain(items, cfg)
 
     # 3. The model the gateway reads first is the one its init container waits for, and the
     #    models Job prepares it.
@@ -172,6 +153,92 @@ def check_consistency(items: list[dict], help_text: str, llama_help: str | None)
                     for a in c.get("args", []):
                         if a.startswith("--") and not re.search(rf"(^|[\s,]){re.escape(a)}([\s,=]|$)", llama_help, re.M):
                             errors.append(f"{workload['metadata']['name']}/{c['name']}: {a} is not a llama-server flag")
+    return errors
+
+
+# The engine image each `engine` kind runs in (an entry must name a Service whose pods run it).
+ENGINE_IMAGES = {"llamacpp": "duet/llama-server", "sglang": "lmsysorg/sglang", "vllm": "vllm/vllm-openai"}
+
+
+def workloads(items: list[dict]):
+    """Deployments and StatefulSets."""
+    return [d for d in items if d.get("kind") in ("Deployment", "StatefulSet")]
+
+
+def check_engines(items: list[dict], engines: list[str], services: dict) -> list[str]:
+    """Every engine workload is reached through its headless Service's name with `dns+` (one
+    gateway worker per pod, pods added and drained as the name's answer changes), and every
+    `engine` entry names such a Service, at its port, whose pods run that kind's image.
+    Per-pod names (`http://POD.SERVICE:PORT`, the form before discovery) are refused: scaling
+    would need a config change and a gateway roll, and a pod missing at start-up stopped the
+    gateway."""
+    errors: list[str] = []
+    listed: dict[str, str] = {}
+    for e in engines:
+        m = re.fullmatch(r"(\w[\w.-]*)=(dns\+)?(https?)://([^/:]+)(?::(\d+))?/?", e)
+        if not m:
+            errors.append(f"gateway.toml: engine `{e}` is not KIND=[dns+]URL")
+            continue
+        kind, dns, scheme, host, port = m.groups()
+        port = int(port or (443 if scheme == "https" else 80))
+        labels = host.split(".")
+        name = labels[0]
+        svc = services.get(name)
+        if svc is None and len(labels) > 1 and labels[1] in services:
+            errors.append(f"gateway.toml: engine `{e}` names one pod of Service/{labels[1]}; write {kind}=dns+{scheme}://{labels[1]}:{port} (every pod, scaled freely)")
+            continue
+        if svc is None:
+            errors.append(f"gateway.toml: engine `{e}` names no Service of these manifests ({sorted(services)})")
+            continue
+        spec = svc["spec"]
+        if spec.get("clusterIP") != "None":
+            errors.append(f"gateway.toml: engine `{e}`: Service/{name} is not headless (its name would be one virtual IP, one worker)")
+        if not dns:
+            errors.append(f"gateway.toml: engine `{e}` is one worker; write {kind}=dns+{scheme}://{host}:{port} so that every pod of Service/{name} is its own worker")
+        if port not in [p["port"] for p in spec.get("ports", [])]:
+            errors.append(f"gateway.toml: engine `{e}`: port {port} is not a port of Service/{name} ({[p['port'] for p in spec.get('ports', [])]})")
+        if spec.get("publishNotReadyAddresses"):
+            errors.append(f"Service/{name}: publishNotReadyAddresses must be false: a discovered engine pod should join when ready and leave the answer when it terminates")
+        sel = spec.get("selector", {})
+        pods = [w for w in workloads(items) if sel and sel.items() <= w["spec"]["template"]["metadata"].get("labels", {}).items()]
+        if not pods:
+            errors.append(f"Service/{name}: its selector {sel} matches no Deployment or StatefulSet")
+        want = ENGINE_IMAGES.get(kind.lower().replace("llama.cpp", "llamacpp"))
+        for w in pods:
+            images = {image_name(c["image"]) for c in w["spec"]["template"]["spec"].get("containers", [])}
+            if want and want not in images:
+                errors.append(f"gateway.toml: engine `{e}` is {kind}, but {w['kind']}/{w['metadata']['name']} behind Service/{name} runs {sorted(images)}")
+        listed[name] = e
+    # Every engine workload is reached by some entry.
+    for w in workloads(items):
+        images = {image_name(c["image"]) for c in w["spec"]["template"]["spec"].get("containers", [])}
+        if not images & set(ENGINE_IMAGES.values()):
+            continue
+        labels = w["spec"]["template"]["metadata"].get("labels", {})
+        behind = [n for n, s in services.items() if s["spec"].get("selector") and s["spec"]["selector"].items() <= labels.items()]
+        if not any(n in listed for n in behind):
+            errors.append(f"{w['kind']}/{w['metadata']['name']} runs an engine that no gateway.toml engine entry reaches (Services {behind})")
+    return errors
+
+
+def check_drain(items: list[dict], cfg: dict) -> list[str]:
+    """The gateway pod's terminationGracePeriodSeconds covers its preStop sleep, the drain's
+    grace (drain-grace-secs) and 5 s of margin; otherwise the kubelet kills a draining gateway
+    with answers still in flight."""
+    errors: list[str] = []
+    if "drain-grace-secs" not in cfg:
+        errors.append("gateway.toml: set drain-grace-secs (the pod's terminationGracePeriodSeconds is sized from it)")
+        return errors
+    grace = int(cfg["drain-grace-secs"])
+    for workload, spec in pod_specs(items):
+        for c in spec.get("containers", []):
+            if image_name(c["image"]) != GATEWAY_IMAGE:
+                continue
+            cmd = c.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
+            pre = int(cmd[-1]) if len(cmd) >= 2 and cmd[0].endswith("sleep") else 0
+            term = spec.get("terminationGracePeriodSeconds", 30)
+            if term < pre + grace + 5:
+                errors.append(f"{workload['kind']}/{workload['metadata']['name']}: terminationGracePeriodSeconds {term} < preStop {pre} + drain-grace-secs {grace} + 5")
     return errors
 
 
