@@ -155,6 +155,12 @@ pub struct GatewayArgs {
     /// Log filter (tracing EnvFilter syntax).
     #[arg(long, env = "DUET_LOG", default_value = "info")]
     pub log: String,
+    /// Export traces (per escalation: decode/validate, queue wait, batch, backend call, under
+    /// the device's span when it sent its trace context) over OTLP/HTTP to this collector,
+    /// e.g. http://127.0.0.1:4318. Off by default; the standard OTEL_* variables apply too
+    /// (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER[_ARG], ...).
+    #[arg(long, env = "DUET_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
 }
 
 impl GatewayArgs {
@@ -183,6 +189,7 @@ impl GatewayArgs {
         }
         let pool = self.pool_config();
         let mut out = format!("{config:#?}\n");
+        out.push_str(&format!("otlp endpoint: {}\n", self.otlp_endpoint.as_deref().unwrap_or("none (or the OTEL_* variables)")));
         if pool.engines.is_empty() {
             out.push_str(&format!("{:#?}\n", self.embedded_options()));
         } else {

@@ -4,12 +4,18 @@
 //! Connections see one interface either way: submit with a deadline and get a receiver of the
 //! [`Outcome`], or `Busy` at once; dropping the receiver cancels the work (before the batch for
 //! the batcher, mid-request for an engine).
+//!
+//! Traces: the batcher hangs its spans (queue wait, batch, backend) under the caller's current
+//! span; an escalation sent to the engine pool gets a `backend` span there, with one
+//! `engine_request` span per HTTP attempt under it.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use common::telemetry::TRACE_TARGET;
 use tokio::sync::oneshot;
+use tracing::Instrument;
 
 use crate::backend::{BackendError, BackendRequest, BackendToken};
 use crate::batcher::{BatchQueue, Outcome, QueueFull};
@@ -37,7 +43,8 @@ impl Dispatcher {
                     return Err(QueueFull { retry_after_ms: pool.service_ms().max(5) });
                 }
                 let (tx, rx) = oneshot::channel();
-                tokio::spawn(run_on_pool(pool.clone(), request, deadline, tx));
+                let span = tracing::info_span!(target: TRACE_TARGET, "backend", backend = "engines", outcome = tracing::field::Empty);
+                tokio::spawn(run_on_pool(pool.clone(), request, deadline, tx).instrument(span));
                 Ok(rx)
             }
         }
@@ -94,9 +101,11 @@ async fn run_on_pool(pool: Arc<EnginePool>, request: BackendRequest, deadline: I
         r = pool.next_token(&request, deadline) => r,
         _ = reply.closed() => {
             metrics::counter!("duet_gateway_escalations_cancelled_total").increment(1);
+            tracing::Span::current().record("outcome", "cancelled");
             return;
         }
     };
+    tracing::Span::current().record("outcome", if result.is_ok() { "token" } else { "failed" });
     let outcome = match result {
         Ok(answer) => {
             metrics::counter!("duet_gateway_escalations_answered_total").increment(1);

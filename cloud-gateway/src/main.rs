@@ -13,7 +13,8 @@ async fn main() -> anyhow::Result<()> {
         print!("{}", args.check_report()?);
         return Ok(());
     }
-    common::telemetry::init_logging(&args.log)?;
+    // Kept to the end: shutting it down exports the spans still buffered.
+    let mut telemetry = common::telemetry::init(&args.log, args.otlp_endpoint.as_deref(), "cloud-gateway")?;
     let config = args.gateway_config()?;
     let gateway = if args.engines.is_empty() {
         let backend = tokio::task::spawn_blocking({
@@ -42,6 +43,7 @@ async fn main() -> anyhow::Result<()> {
         _ = terminate.recv() => tracing::warn!("second signal: stopping now"),
     }
     gateway.shutdown().await;
+    telemetry.shutdown();
     // A backend call still running on a blocking thread (cut off at the drain's close) would
     // hold the runtime's teardown past the grace period: the process ends here.
     std::process::exit(0)

@@ -73,6 +73,8 @@ impl BatchQueue {
             return Err(QueueFull { retry_after_ms: self.stats.service_ms.load(Ordering::Relaxed).max(5) });
         };
         let (esc, rx) = Escalation::new(request, deadline, Instant::now());
+        // Traced under the caller's current span (the connection's `gateway.escalation`).
+        let esc = esc.with_trace(tracing::Span::current(), self.stats.in_flight.load(Ordering::Relaxed).saturating_sub(1));
         // If the actor is gone the message (and with it the admission) is dropped.
         if self.actor.send_message(BatcherMsg::Submit(esc.with_admission(admission))).is_err() {
             return Err(QueueFull { retry_after_ms: 1000 });
@@ -155,14 +157,16 @@ impl BatcherState {
         }
         let Some(mut backend) = self.backend.take() else { return };
         let now = Instant::now();
-        let batch = self.queue.cut(now);
+        let mut batch = self.queue.cut(now);
         if batch.is_empty() {
             self.backend = Some(backend);
             return;
         }
         metrics::histogram!("duet_gateway_batch_size").record(batch.len() as f64);
-        for esc in &batch {
+        let size = batch.len();
+        for esc in &mut batch {
             metrics::histogram!("duet_gateway_queue_wait_seconds").record(now.duration_since(esc.enqueued).as_secs_f64());
+            esc.start_batch(size, backend.name());
         }
         let requests: Vec<BackendRequest> = batch.iter().map(|e| e.request.clone()).collect();
         self.running = batch;
@@ -204,7 +208,8 @@ impl BatcherState {
         let llm_ms = backend_ms.round() as u32;
         tracing::debug!(batch = self.running.len(), backend_ms = llm_ms, queued = self.queue.len(), "batch done");
         let too_few = std::iter::repeat_with(|| Err(BackendError::Failed("backend returned too few results".into())));
-        for (esc, result) in std::mem::take(&mut self.running).into_iter().zip(results.into_iter().chain(too_few)) {
+        for (mut esc, result) in std::mem::take(&mut self.running).into_iter().zip(results.into_iter().chain(too_few)) {
+            esc.end_backend(backend_ms, result.is_ok());
             let outcome = match result {
                 Ok(token) => {
                     metrics::counter!("duet_gateway_escalations_answered_total").increment(1);

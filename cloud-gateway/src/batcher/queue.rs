@@ -15,13 +15,20 @@
 //! Admission (the bound on escalations in flight) is counted by an [`Admission`] each
 //! escalation carries: it is released when the escalation is answered or dropped, whichever
 //! path that takes, so the count cannot leak.
+//!
+//! Each escalation also carries its trace spans ([`Stages`]): `queue_wait` from submission to
+//! its batch, then `batch` (with the batch size) and under it `backend` (the backend call),
+//! all under the escalation's `gateway.escalation` span. They end when the escalation is
+//! answered or dropped; with tracing off they are disabled and cost nothing.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::telemetry::TRACE_TARGET;
 use tokio::sync::oneshot;
+use tracing::field::Empty;
 
 use crate::backend::{BackendError, BackendRequest, BackendToken};
 use crate::sessions::SessionKey;
@@ -78,6 +85,18 @@ pub struct Escalation {
     pub enqueued: Instant,
     reply: oneshot::Sender<Outcome>,
     admission: Option<Admission>,
+    stages: Stages,
+}
+
+/// An escalation's trace spans at the batcher (see the module docs).
+#[derive(Debug)]
+struct Stages {
+    /// The escalation's span, the parent of the others.
+    parent: tracing::Span,
+    /// `queue_wait`, then `batch`.
+    stage: tracing::Span,
+    /// `backend`, while its batch runs.
+    backend: tracing::Span,
 }
 
 impl Escalation {
@@ -85,7 +104,32 @@ impl Escalation {
     /// receiver cancels it.
     pub fn new(request: BackendRequest, deadline: Instant, enqueued: Instant) -> (Self, oneshot::Receiver<Outcome>) {
         let (reply, rx) = oneshot::channel();
-        (Self { request, deadline, enqueued, reply, admission: None }, rx)
+        let stages = Stages { parent: tracing::Span::none(), stage: tracing::Span::none(), backend: tracing::Span::none() };
+        (Self { request, deadline, enqueued, reply, admission: None, stages }, rx)
+    }
+
+    /// Trace it under `parent` (the escalation's span): its queue wait starts now.
+    pub fn with_trace(mut self, parent: tracing::Span, queued_behind: usize) -> Self {
+        let stage = tracing::info_span!(target: TRACE_TARGET, parent: &parent, "queue_wait", queued_behind);
+        self.stages = Stages { parent, stage, backend: tracing::Span::none() };
+        self
+    }
+
+    /// Its batch of `size` starts on `backend`: the queue wait ends, the `batch` and `backend`
+    /// spans begin.
+    pub fn start_batch(&mut self, size: usize, backend: &str) {
+        let s = &mut self.stages;
+        if s.parent.is_disabled() {
+            return;
+        }
+        s.stage = tracing::info_span!(target: TRACE_TARGET, parent: &s.parent, "batch", batch_size = size);
+        s.backend = tracing::info_span!(target: TRACE_TARGET, parent: &s.stage, "backend", backend, backend_ms = Empty, ok = Empty);
+    }
+
+    /// Its batch's backend call took `backend_ms`; `ok` if it answered this escalation.
+    pub fn end_backend(&mut self, backend_ms: f64, ok: bool) {
+        let backend = std::mem::replace(&mut self.stages.backend, tracing::Span::none());
+        backend.record("backend_ms", backend_ms).record("ok", ok);
     }
 
     /// Hold an admission slot until this escalation is answered or dropped.

@@ -4,9 +4,15 @@
 //! Cancellation is by dropping: the pool drops the future when the device stops waiting, which
 //! closes the request's connection, and the engines named here stop the generation when their
 //! client goes away.
+//!
+//! Traces: each next-token request is an `engine_request` span (under the pool's `backend`
+//! span), and a sampled one carries a W3C `traceparent` header, so an engine that traces
+//! (SGLang, vLLM with OpenTelemetry on) continues the same trace.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
+
+use tracing::Instrument;
 
 use super::{Dialect, EngineError, EngineModel, EngineReply, HttpCall, NextTokenRequest, EngineSpec};
 
@@ -61,7 +67,13 @@ impl EngineClient {
 
     /// Ask for the next token(s), giving up after `timeout`.
     pub async fn next_token(&self, request: &NextTokenRequest<'_>, timeout: Duration) -> Result<EngineReply, EngineError> {
-        let body = self.call(&self.dialect.next_token_call(request), timeout).await?;
+        let span = tracing::info_span!(target: common::telemetry::TRACE_TARGET, "engine_request", otel.kind = "client", worker = %self.label, status = tracing::field::Empty);
+        let traceparent = common::trace::traceparent_header(&span);
+        let result = self.call_traced(&self.dialect.next_token_call(request), timeout, traceparent).instrument(span.clone()).await;
+        if !span.is_disabled() {
+            span.record("status", result.as_ref().map_or_else(EngineError::label, |_| "ok"));
+        }
+        let body = result?;
         let reply = self.dialect.parse_next_token(&body)?;
         if reply.tokens.is_empty() {
             return Err(EngineError::BadResponse("no generated token".into()));
@@ -89,11 +101,19 @@ impl EngineClient {
 
     /// Make one call and return the body of a 2xx answer; anything else is a typed error.
     pub async fn call(&self, call: &HttpCall, timeout: Duration) -> Result<Vec<u8>, EngineError> {
+        self.call_traced(call, timeout, None).await
+    }
+
+    /// [`Self::call`] with a W3C `traceparent` header when given.
+    async fn call_traced(&self, call: &HttpCall, timeout: Duration, traceparent: Option<String>) -> Result<Vec<u8>, EngineError> {
         let url = format!("{}{}", self.base, call.path);
-        let builder = match &call.body {
+        let mut builder = match &call.body {
             Some(body) => self.http.post(url).json(body),
             None => self.http.get(url),
         };
+        if let Some(tp) = traceparent {
+            builder = builder.header("traceparent", tp);
+        }
         let exchange = async {
             let mut response = builder.send().await.map_err(transport)?;
             let status = response.status();

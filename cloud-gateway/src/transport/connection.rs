@@ -13,17 +13,26 @@
 //! drain stops taking work, then closed); escalations still arriving after the drain's
 //! admission window are answered `Busy`, and answers written while draining are counted open
 //! until the device acknowledges them, so closing the connections loses none.
+//!
+//! Traces (with an OTLP exporter, see `common::telemetry`): each escalation gets a
+//! `gateway.escalation` span from its decoded frame to its written answer, a child of the
+//! device's escalation span when the frame carried a trace context; under it `validate` (the
+//! frame's checks), `apply_context` (the session store), and the batcher's or the engine
+//! pool's spans (queue wait, batch, backend call), which find it as the current span when the
+//! escalation is submitted.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::exchange::gateway::{self, EscalationOutcome, Refused, Request, DRAINING_RETRY_AFTER_MS, HELLO_TIMEOUT};
-use common::protocol::{encode_frame, CodecError, ContextError, ContextSync, Frame, WireSampling};
+use common::protocol::{encode_frame, CodecError, ContextError, ContextSync, Frame, TraceContext, WireSampling};
 use common::sampling::SamplingParams;
+use common::telemetry::TRACE_TARGET;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tracing::field::Empty;
 
-use super::read::read_frame;
+use super::read::{read_frame, read_request_frame};
 use crate::backend::{BackendError, BackendRequest};
 use crate::batcher::{Outcome, QueueFull};
 use crate::sessions::{SessionKey, StoreError};
@@ -48,6 +57,9 @@ pub enum ConnMsg {
         send: quinn::SendStream,
         /// When the stream was accepted: the device's deadline counts from here.
         received: Instant,
+        /// The escalation's `gateway.escalation` span (disabled for other requests, or with
+        /// tracing off).
+        span: tracing::Span,
     },
 }
 
@@ -154,7 +166,7 @@ async fn accept_streams(conn: quinn::Connection, actor: ActorRef<ConnMsg>, share
                 break;
             }
         };
-        tokio::spawn(read_request(send, recv, actor.clone(), shared.clone()));
+        tokio::spawn(read_request(send, recv, actor.clone(), shared.clone(), device.clone()));
     }
     actor.stop(Some("connection closed".into()));
 }
@@ -195,12 +207,20 @@ impl Drop for OpenEscalation {
 
 /// Read and classify one request stream, and pass it to the actor (which answers frames that
 /// did not decode or validate at once).
-async fn read_request(send: quinn::SendStream, mut recv: quinn::RecvStream, actor: ActorRef<ConnMsg>, shared: Arc<Shared>) {
+async fn read_request(send: quinn::SendStream, mut recv: quinn::RecvStream, actor: ActorRef<ConnMsg>, shared: Arc<Shared>, device: Arc<str>) {
     let received = Instant::now();
-    let Ok(decoded) = read_frame(&mut recv, shared.max_frame_bytes).await else {
+    let Ok(decoded) = read_request_frame(&mut recv, shared.max_frame_bytes).await else {
         return; // reset or connection lost: nobody to answer
     };
-    let request = match decoded {
+    let (decoded, span) = match decoded {
+        Ok((frame, trace)) => {
+            let span = escalation_span(&frame, trace.as_ref(), &device, received);
+            (Ok(frame), span)
+        }
+        Err(e) => (Err(e), tracing::Span::none()),
+    };
+    let validate = tracing::info_span!(target: TRACE_TARGET, parent: &span, "validate");
+    let request = validate.in_scope(|| match decoded {
         Err(CodecError::Oversize { len, max }) => {
             metrics::counter!("duet_gateway_frames_rejected_total", "reason" => "oversize").increment(1);
             Request::Answer(gateway::oversize(len, max))
@@ -216,8 +236,43 @@ async fn read_request(send: quinn::SendStream, mut recv: quinn::RecvStream, acto
             }
             request
         }
-    };
-    let _ = actor.send_message(ConnMsg::Request { request, send, received });
+    });
+    drop(validate);
+    let _ = actor.send_message(ConnMsg::Request { request, send, received, span });
+}
+
+/// The `gateway.escalation` span of an `Escalate` frame (none for other frames), under the
+/// device's span when the frame carried its trace context. It starts once the frame is
+/// decoded; `read_decode_us` says how long reading and decoding took since the stream opened.
+fn escalation_span(frame: &Frame, trace: Option<&TraceContext>, device: &str, received: Instant) -> tracing::Span {
+    let Frame::Escalate { session_id, seq, context, deadline_ms, .. } = frame else { return tracing::Span::none() };
+    let sync = if matches!(context, ContextSync::Full { .. }) { "full" } else { "delta" };
+    let span = tracing::info_span!(
+        target: TRACE_TARGET, parent: None, "gateway.escalation",
+        otel.kind = "server", device, session = session_id, seq, sync, tokens = context.tokens().len(), deadline_ms,
+        traced = trace.is_some(), read_decode_us = received.elapsed().as_micros() as u64, outcome = Empty,
+    );
+    if let Some(tc) = trace {
+        common::trace::set_remote_parent(&span, tc);
+    }
+    span
+}
+
+/// What became of an escalation, as its span says.
+fn outcome_name(outcome: &EscalationOutcome) -> &'static str {
+    match outcome {
+        EscalationOutcome::Token { .. } => "token",
+        EscalationOutcome::Busy { .. } => "busy",
+        EscalationOutcome::Context(ContextError::Missing { .. }) => "context_missing",
+        EscalationOutcome::Context(_) => "context_error",
+        EscalationOutcome::TooManySessions { .. } => "too_many_sessions",
+        EscalationOutcome::Expired => "expired",
+        EscalationOutcome::SessionEnded => "session_ended",
+        EscalationOutcome::ContextTooLong(_) => "context_too_long",
+        EscalationOutcome::InvalidToken(_) => "invalid_token",
+        EscalationOutcome::BackendFailed(_) => "backend_failed",
+        EscalationOutcome::Stopped => "stopped",
+    }
 }
 
 /// Write one frame and end the stream; a device that already left is not an error.
@@ -265,12 +320,16 @@ impl ConnState {
         tokio::spawn(async move { write_reply(&mut send, &frame, max).await });
     }
 
-    fn on_escalate(&self, esc: EscalateRequest, send: quinn::SendStream, received: Instant) {
+    fn on_escalate(&self, esc: EscalateRequest, send: quinn::SendStream, received: Instant, span: tracing::Span) {
         let EscalateRequest { session_id, seq, context, sampling, deadline } = esc;
-        let answer_now = |send, outcome| self.reply_now(send, gateway::reply(session_id, seq, outcome));
+        let answer_now = |send, outcome: EscalationOutcome| {
+            span.record("outcome", outcome_name(&outcome));
+            self.reply_now(send, gateway::reply(session_id, seq, outcome))
+        };
         metrics::counter!("duet_gateway_escalations_received_total").increment(1);
         let key = SessionKey { device: self.device.clone(), session_id };
-        let snapshot = match self.shared.store.apply(&key, seq, &context, received) {
+        let applied = tracing::info_span!(target: TRACE_TARGET, parent: &span, "apply_context").in_scope(|| self.shared.store.apply(&key, seq, &context, received));
+        let snapshot = match applied {
             Ok(s) => s,
             Err(StoreError::Context(e)) => {
                 if matches!(e, ContextError::Missing { .. }) {
@@ -287,7 +346,9 @@ impl ConnState {
         }
         let request = BackendRequest { session: key, context: snapshot, sampling: SamplingParams::from(sampling), seq };
         let open = OpenEscalation::new(self.shared.clone());
-        let rx = match self.shared.queue.try_submit(request, received + deadline) {
+        // The batcher and the engine pool hang their spans under the current one.
+        let submitted = span.in_scope(|| self.shared.queue.try_submit(request, received + deadline));
+        let rx = match submitted {
             Ok(rx) => rx,
             Err(QueueFull { retry_after_ms }) => return answer_now(send, EscalationOutcome::Busy { retry_after_ms }),
         };
@@ -296,9 +357,14 @@ impl ConnState {
             let mut send = send;
             let outcome = tokio::select! {
                 o = rx => o,
-                _ = send.stopped() => return, // the device gave up: dropping rx cancels the work
+                _ = send.stopped() => {
+                    // The device gave up: dropping rx cancels the work.
+                    span.record("outcome", "device_gone");
+                    return;
+                }
             };
             let outcome = outcome.map(wire_outcome).unwrap_or(EscalationOutcome::Stopped);
+            span.record("outcome", outcome_name(&outcome));
             if matches!(outcome, EscalationOutcome::Token { .. }) {
                 metrics::histogram!("duet_gateway_escalation_latency_seconds").record(received.elapsed().as_secs_f64());
             }
@@ -339,10 +405,10 @@ impl Actor for ConnectionActor {
     }
 
     async fn handle(&self, _myself: ActorRef<Self::Msg>, msg: Self::Msg, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
-        let ConnMsg::Request { request, send, received } = msg;
+        let ConnMsg::Request { request, send, received, span } = msg;
         match request {
             Request::Escalate { session_id, seq, context, sampling, deadline } => {
-                state.on_escalate(EscalateRequest { session_id, seq, context, sampling, deadline }, send, received)
+                state.on_escalate(EscalateRequest { session_id, seq, context, sampling, deadline }, send, received, span)
             }
             Request::EndSession { session_id } => state.on_end_session(session_id, send),
             Request::Answer(frame) => state.reply_now(send, frame),

@@ -4,9 +4,10 @@
 //! [`FrameDecoder`], so an oversize length prefix is refused from the prefix alone, before its
 //! body is buffered: a device cannot make the gateway hold more than one frame limit per
 //! stream. The rules are in [`OneFrame`], which is fed bytes and told when the stream ends, so
-//! they are tested without sockets; [`read_frame`] only moves chunks from quinn into it.
+//! they are tested without sockets; [`read_frame`] only moves chunks from quinn into it
+//! ([`read_request_frame`] also returns the trace context an `Escalate` may carry).
 
-use common::protocol::{CodecError, Frame, FrameDecoder, LENGTH_PREFIX_BYTES};
+use common::protocol::{CodecError, Frame, FrameDecoder, TraceContext, LENGTH_PREFIX_BYTES};
 
 /// The decode rules for a stream that must carry exactly one frame:
 /// - an oversize length prefix is an error as soon as the prefix is in;
@@ -16,7 +17,7 @@ use common::protocol::{CodecError, Frame, FrameDecoder, LENGTH_PREFIX_BYTES};
 #[derive(Debug)]
 pub struct OneFrame {
     decoder: FrameDecoder,
-    frame: Option<Frame>,
+    frame: Option<(Frame, Option<TraceContext>)>,
     /// The first bytes of the stream, kept to report a truncated frame's announced length.
     head: Vec<u8>,
     received: usize,
@@ -41,7 +42,7 @@ impl OneFrame {
         let missing = LENGTH_PREFIX_BYTES.saturating_sub(self.head.len());
         self.head.extend_from_slice(&chunk[..missing.min(chunk.len())]);
         self.decoder.push(chunk);
-        match self.decoder.next_frame() {
+        match self.decoder.next_frame_traced() {
             Ok(None) => None,
             Ok(Some(frame)) => match self.decoder.buffered_len() {
                 0 => {
@@ -56,6 +57,11 @@ impl OneFrame {
 
     /// The stream ended: its frame, or why there is none.
     pub fn finish(self) -> Result<Frame, CodecError> {
+        self.finish_traced().map(|(frame, _)| frame)
+    }
+
+    /// [`Self::finish`], with the trace context an `Escalate` carried, if any.
+    pub fn finish_traced(self) -> Result<(Frame, Option<TraceContext>), CodecError> {
         if let Some(frame) = self.frame {
             return Ok(frame);
         }
@@ -71,6 +77,11 @@ impl OneFrame {
 /// the connection lost: nobody to answer); the inner one is the device's (answer it). On an
 /// early error the rest of the stream is refused with `STOP_SENDING`.
 pub async fn read_frame(recv: &mut quinn::RecvStream, max_frame_bytes: usize) -> Result<Result<Frame, CodecError>, quinn::ReadError> {
+    Ok(read_request_frame(recv, max_frame_bytes).await?.map(|(frame, _)| frame))
+}
+
+/// [`read_frame`] for a request stream: the frame and the trace context an `Escalate` carried.
+pub async fn read_request_frame(recv: &mut quinn::RecvStream, max_frame_bytes: usize) -> Result<Result<(Frame, Option<TraceContext>), CodecError>, quinn::ReadError> {
     let mut one = OneFrame::new(max_frame_bytes);
     let chunk_limit = max_frame_bytes.saturating_add(LENGTH_PREFIX_BYTES);
     while let Some(chunk) = recv.read_chunk(chunk_limit, true).await? {
@@ -79,7 +90,7 @@ pub async fn read_frame(recv: &mut quinn::RecvStream, max_frame_bytes: usize) ->
             return Ok(Err(e));
         }
     }
-    Ok(one.finish())
+    Ok(one.finish_traced())
 }
 
 #[cfg(test)]
@@ -135,6 +146,20 @@ mod tests {
         assert_eq!(read(&[&bytes[..bytes.len() - 1]]), Err(CodecError::Truncated { have: bytes.len() - 1, need: bytes.len() }));
         assert_eq!(read(&[&bytes[..2]]), Err(CodecError::Truncated { have: 2, need: LENGTH_PREFIX_BYTES }));
         assert_eq!(read(&[]), Err(CodecError::Truncated { have: 0, need: LENGTH_PREFIX_BYTES }));
+    }
+
+    #[test]
+    fn an_escalations_trace_context_is_read_with_it_in_any_chunking() {
+        use common::protocol::{encode_frame_traced, ContextSync, WireSampling};
+        let esc = Frame::Escalate { session_id: 1, seq: 1, context: ContextSync::Full { tokens: vec![5, 6].into() }, sampling: WireSampling::default(), deadline_ms: 100 };
+        let tc = TraceContext::sampled([3; 16], [4; 8]).unwrap();
+        let bytes = encode_frame_traced(&esc, Some(&tc), MAX).unwrap();
+        for split in 0..bytes.len() {
+            let mut one = OneFrame::new(MAX);
+            assert_eq!(one.push(&bytes[..split]), None);
+            assert_eq!(one.push(&bytes[split..]), None);
+            assert_eq!(one.finish_traced(), Ok((esc.clone(), Some(tc))));
+        }
     }
 
     #[test]
