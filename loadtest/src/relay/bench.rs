@@ -9,6 +9,7 @@
 //! same clients serve as each other's baseline.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -16,12 +17,15 @@ use serde::Serialize;
 use tokio::net::UdpSocket;
 use tokio::task::JoinHandle;
 
+use super::udp::bind_udp;
 use super::{Profile, Relay, RelayConfig, RelayStats};
 use crate::stats::percentile;
 
-/// A UDP echo server on `addr` (port 0: any): sends every datagram back to its sender.
+/// A UDP echo server on `addr` (port 0: any): sends every datagram back to its sender. Must be
+/// called inside a tokio runtime.
 pub async fn spawn_echo(addr: SocketAddr) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
-    let socket = UdpSocket::bind(addr).await.with_context(|| format!("binding the echo server on {addr}"))?;
+    // Large buffers: a thousand clients' datagrams may arrive at once.
+    let socket = bind_udp(addr, 4 << 20).with_context(|| format!("binding the echo server on {addr}"))?;
     let local = socket.local_addr()?;
     let task = tokio::spawn(async move {
         let mut buf = vec![0u8; 65_536];
@@ -50,6 +54,9 @@ pub struct BenchOptions {
     pub repeats: usize,
     /// A round trip not answered within this counts as lost.
     pub timeout: Duration,
+    /// Each client starts a round trip this often (clients staggered evenly over it); zero:
+    /// closed loop, the next as soon as the last is answered (the most the relay can forward).
+    pub interval: Duration,
 }
 
 /// The round trips of one path.
@@ -84,6 +91,8 @@ pub struct BenchReport {
     pub payload_bytes: usize,
     /// Phases of each path.
     pub repeats: usize,
+    /// Interval between one client's round trips, ms (0: closed loop).
+    pub interval_ms: f64,
     /// Straight to the echo server (the baseline).
     pub direct: PathFigures,
     /// Through the relay.
@@ -95,6 +104,9 @@ pub struct BenchReport {
     /// The relay's CPU per forwarded packet, microseconds (relayed CPU minus direct CPU, over
     /// two packets per answered round trip).
     pub relay_cpu_us_per_packet: f64,
+    /// Growth of the process's resident memory when the relay took on the clients, per client,
+    /// KiB (user space only: the kernel's socket buffers are not in it).
+    pub relay_rss_kib_per_client: f64,
     /// The relay's own counters.
     pub relay: RelayStats,
 }
@@ -105,13 +117,20 @@ pub async fn run(profile: Profile, seed: u64, opts: &BenchOptions) -> anyhow::Re
     anyhow::ensure!(opts.bytes >= 16 && opts.bytes <= 65_000, "--bench-bytes must be 16 to 65000");
     let (echo, echo_task) = spawn_echo("127.0.0.1:0".parse()?).await?;
     let relay = Relay::start(RelayConfig { seed, ..RelayConfig::new("127.0.0.1:0".parse()?, echo, profile.clone()) }).await?;
-    // Warm-up of both paths (socket buffers, the relay's client table).
-    ping_pong(echo, &BenchOptions { rounds: 20, ..opts.clone() }).await?;
-    ping_pong(relay.local_addr(), &BenchOptions { rounds: 20, ..opts.clone() }).await?;
+    // Warm-up of both paths (socket buffers, the relay's client table, which then holds every
+    // client until the idle timeout: its growth is the relay's memory per client).
+    // Each client keeps its socket (its source address) through every phase, as a device does.
+    let (direct_clients, relayed_clients) = (clients(echo, opts.clients).await?, clients(relay.local_addr(), opts.clients).await?);
+    let warm_up = BenchOptions { rounds: 20, ..opts.clone() };
+    ping_pong(&direct_clients, &warm_up, 0).await?;
+    let rss_before = process_rss_kib();
+    ping_pong(&relayed_clients, &warm_up, 0).await?;
+    let relay_rss_kib_per_client = (process_rss_kib() - rss_before) / opts.clients as f64;
     let (mut direct, mut relayed) = (Samples::default(), Samples::default());
-    for _ in 0..opts.repeats {
-        direct.add(ping_pong(echo, opts).await?);
-        relayed.add(ping_pong(relay.local_addr(), opts).await?);
+    for phase in 1..=opts.repeats {
+        let first_seq = (phase * opts.rounds.max(20)) as u64;
+        direct.add(ping_pong(&direct_clients, opts, first_seq).await?);
+        relayed.add(ping_pong(&relayed_clients, opts, first_seq).await?);
     }
     let stats = relay.stats();
     relay.shutdown().await;
@@ -124,9 +143,11 @@ pub async fn run(profile: Profile, seed: u64, opts: &BenchOptions) -> anyhow::Re
         rounds: opts.rounds,
         payload_bytes: opts.bytes,
         repeats: opts.repeats,
+        interval_ms: opts.interval.as_secs_f64() * 1e3,
         added_p50_us: relayed.rtt_p50_us - direct.rtt_p50_us,
         added_p99_us: relayed.rtt_p99_us - direct.rtt_p99_us,
         relay_cpu_us_per_packet: (relayed.cpu_s - direct.cpu_s) * 1e6 / packets.max(1.0),
+        relay_rss_kib_per_client,
         direct,
         relayed,
         relay: stats,
@@ -172,21 +193,36 @@ impl Samples {
     }
 }
 
-/// `opts.clients` clients, each `opts.rounds` round trips to `target`, closed loop.
-async fn ping_pong(target: SocketAddr, opts: &BenchOptions) -> anyhow::Result<Phase> {
-    let (cpu0, t0) = (process_cpu_s(), Instant::now());
-    let mut tasks = Vec::with_capacity(opts.clients);
-    for c in 0..opts.clients {
-        let socket = UdpSocket::bind("127.0.0.1:0").await?;
+/// `n` client sockets connected to `target`.
+async fn clients(target: SocketAddr, n: usize) -> anyhow::Result<Vec<Arc<UdpSocket>>> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let socket = UdpSocket::bind("127.0.0.1:0").await.context("binding a bench client")?;
         socket.connect(target).await?;
-        let (rounds, bytes, timeout) = (opts.rounds, opts.bytes, opts.timeout);
+        out.push(Arc::new(socket));
+    }
+    Ok(out)
+}
+
+/// Every client does `opts.rounds` round trips, numbered from `first_seq`.
+async fn ping_pong(sockets: &[Arc<UdpSocket>], opts: &BenchOptions, first_seq: u64) -> anyhow::Result<Phase> {
+    let (cpu0, t0) = (process_cpu_s(), Instant::now());
+    let mut tasks = Vec::with_capacity(sockets.len());
+    for (c, socket) in sockets.iter().enumerate() {
+        let socket = socket.clone();
+        let (rounds, bytes, timeout, interval) = (opts.rounds, opts.bytes, opts.timeout, opts.interval);
+        let start = Instant::now() + interval.mul_f64(c as f64 / opts.clients as f64);
         tasks.push(tokio::spawn(async move {
             let mut rtts = Vec::with_capacity(rounds);
             let mut lost = 0;
             let mut out = vec![0u8; bytes];
-            let mut buf = vec![0u8; 65_536];
+            let mut buf = vec![0u8; bytes + 1];
             out[..8].copy_from_slice(&(c as u64).to_le_bytes());
-            for seq in 0..rounds as u64 {
+            for k in 0..rounds as u64 {
+                if !interval.is_zero() {
+                    tokio::time::sleep_until((start + interval * k as u32).into()).await;
+                }
+                let seq = first_seq + k;
                 out[8..16].copy_from_slice(&seq.to_le_bytes());
                 let sent = Instant::now();
                 socket.send(&out).await?;
@@ -217,6 +253,12 @@ async fn ping_pong(target: SocketAddr, opts: &BenchOptions) -> anyhow::Result<Ph
         lost += l;
     }
     Ok(Phase { rtts_us, lost, wall_s: t0.elapsed().as_secs_f64(), cpu_s: process_cpu_s() - cpu0 })
+}
+
+/// This process's resident memory, KiB (`VmRSS` of `/proc/self/status`; 0 where absent).
+fn process_rss_kib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0.0)
 }
 
 /// CPU seconds this process has used (user + system, from `/proc/self/stat`; 0 where absent).

@@ -59,6 +59,10 @@ pub struct RelayArgs {
     /// `--bench`: datagram payload, bytes.
     #[arg(long, env = "DUET_RELAY_BENCH_BYTES", default_value_t = 1200)]
     pub bench_bytes: usize,
+    /// `--bench`: each client starts a round trip this often, ms (0: closed loop, as fast as
+    /// answers come).
+    #[arg(long, env = "DUET_RELAY_BENCH_INTERVAL_MS", default_value_t = 0.0)]
+    pub bench_interval_ms: f64,
     /// `--bench`: phases of each path, alternated.
     #[arg(long, env = "DUET_RELAY_BENCH_REPEATS", default_value_t = 3)]
     pub bench_repeats: usize,
@@ -93,12 +97,21 @@ pub fn run(args: RelayArgs) -> anyhow::Result<()> {
                 rounds: args.bench_rounds,
                 bytes: args.bench_bytes,
                 repeats: args.bench_repeats,
+                interval: Duration::try_from_secs_f64(args.bench_interval_ms / 1e3).context("--bench-interval-ms must be a number of ms >= 0")?,
                 timeout: Duration::from_secs(2) + Duration::from_secs_f64(4.0 * (profile.base_rtt_ms() + 3.0 * (profile.up.jitter_ms + profile.down.jitter_ms)) / 1000.0),
             };
             let report = bench::run(profile, args.seed, &opts).await?;
             eprintln!(
-                "relay bench ({}): round trip p50 {:.0} us direct, {:.0} us relayed (+{:.0}); p99 {:.0} / {:.0} us; {:.1} us CPU per forwarded packet",
-                report.profile, report.direct.rtt_p50_us, report.relayed.rtt_p50_us, report.added_p50_us, report.direct.rtt_p99_us, report.relayed.rtt_p99_us, report.relay_cpu_us_per_packet
+                "relay bench ({}, {} clients): round trip p50 {:.0} us direct, {:.0} us relayed (+{:.0}); p99 {:.0} / {:.0} us; {:.1} us CPU per forwarded packet; {:.1} KiB per client",
+                report.profile,
+                report.clients,
+                report.direct.rtt_p50_us,
+                report.relayed.rtt_p50_us,
+                report.added_p50_us,
+                report.direct.rtt_p99_us,
+                report.relayed.rtt_p99_us,
+                report.relay_cpu_us_per_packet,
+                report.relay_rss_kib_per_client
             );
             return write_json(&args.json, &report);
         }

@@ -50,7 +50,7 @@ impl Relay {
     /// Binds `config.listen` and starts forwarding to `config.upstream` (nothing is sent
     /// upstream until a device sends). Must be called inside a tokio runtime.
     pub async fn start(config: RelayConfig) -> anyhow::Result<Relay> {
-        let socket = bind_listener(config.listen, config.socket_buffer_bytes).with_context(|| format!("binding the relay's listen address {}", config.listen))?;
+        let socket = bind_udp(config.listen, config.socket_buffer_bytes).with_context(|| format!("binding the relay's listen address {}", config.listen))?;
         let local_addr = socket.local_addr()?;
         let shared = Arc::new(Shared::new(config.profile.name.clone()));
         let (stop, stopped) = oneshot::channel();
@@ -88,8 +88,9 @@ impl Drop for Relay {
     }
 }
 
-/// The listening socket, with larger kernel buffers: a thousand devices share it.
-fn bind_listener(addr: SocketAddr, buffer: usize) -> std::io::Result<UdpSocket> {
+/// A UDP socket on `addr` asking the kernel for `buffer` bytes of receive and send buffer
+/// (the relay's listening socket, which a thousand devices share; the benchmark's echo server).
+pub fn bind_udp(addr: SocketAddr, buffer: usize) -> std::io::Result<UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     // Best effort: the kernel caps (or refuses) sizes beyond its maxima.
