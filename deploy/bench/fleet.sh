@@ -75,8 +75,8 @@ for path in sorted(glob.glob(os.path.join(out, "*.json")), key=os.path.getmtime)
                     f"{p['escalation_rtt_ms']['p50']:.1f} / {p['escalation_rtt_ms']['p99']:.1f} | {p['ping_ms']['p50']:.1f} / {p['ping_ms']['p99']:.1f} | {added} | "
                     f"{p['itl_ms']['p50']:.0f} / {p['itl_ms']['p99']:.0f} / {p['itl_ms']['max']:.0f} | {p['ttft_ms']['p50']:.0f} | {p['goodput']:.3f} | {p['fallback_rate']:.3f} | {p['busy_rate']:.3f} | "
                     f"{p['vs_local_only'] or 0:.2f} | {p['reconnects']} / {p['full_syncs']} | {resume} | {rss} | {g['cpu_load_pct'] or 0:.0f} / {r['fleet_cpu_load_pct'] or 0:.0f} | "
-                    f"{c['tokens_checked']} / {c['cloud_tokens_checked']} / {c['violations']} |")
-print("| run | profile | devices (connected) | gateway connections | gateway esc/s | escalation RTT p50 / p99 ms | ping p50 / p99 ms | gateway-added p50 / p99 ms | ITL p50 / p99 / max ms | TTFT p50 ms | goodput | fallback | busy | tokens/s vs local | reconnects / Full syncs | resume after blackout p50 / p99 ms | gateway RSS KiB per idle / connected device | CPU % gateway / fleet | tokens / cloud tokens checked / violations |")
-print("|" + "---|" * 20)
+                    f"{100*(r['host_busy_share'] or 0):.0f} % | {c['tokens_checked']} / {c['cloud_tokens_checked']} / {c['violations']} |")
+print("| run | profile | devices (connected) | gateway connections | gateway esc/s | escalation RTT p50 / p99 ms | ping p50 / p99 ms | gateway-added p50 / p99 ms | ITL p50 / p99 / max ms | TTFT p50 ms | goodput | fallback | busy | tokens/s vs local | reconnects / Full syncs | resume after blackout p50 / p99 ms | gateway RSS KiB per idle / connected device | CPU % gateway / fleet | machine busy (all cores) | tokens / cloud tokens checked / violations |")
+print("|" + "---|" * 21)
 print("\n".join(rows))
 PY

@@ -61,8 +61,9 @@ fn fallback_vs_rtt_chart(r: &RunResult) -> String {
 }
 
 fn gateway_charts(r: &RunResult, out: &mut String) {
-    let s = &r.samples;
-    let rate = |f: &dyn Fn(&super::metrics_scrape::Sample) -> f64| -> Vec<(f64, f64)> { s.windows(2).map(|w| (w[1].t_s, (f(&w[1]) - f(&w[0])) / (w[1].t_s - w[0].t_s).max(1e-3))).collect() };
+    let all = &r.samples;
+    let good = super::metrics_scrape::scraped(&r.samples);
+    let rate = |f: &dyn Fn(&super::metrics_scrape::Sample) -> f64| -> Vec<(f64, f64)> { good.windows(2).map(|w| (w[1].t_s, (f(w[1]) - f(w[0])) / (w[1].t_s - w[0].t_s).max(1e-3))).collect() };
     let load = (r.plan.args.ramp_up_s + 1.0, r.plan.args.ramp_up_s + 1.0 + r.plan.args.duration_s);
     let mut device_side = Vec::new();
     let bins: Vec<Vec<u64>> = r.env.groups.iter().map(|g| g.stats.escalations_over_time.counts()).collect();
@@ -87,7 +88,7 @@ fn gateway_charts(r: &RunResult, out: &mut String) {
         ..Chart::default()
     }));
     let cpu = |f: &dyn Fn(&super::metrics_scrape::Sample) -> Option<f64>| -> Vec<(f64, f64)> {
-        s.windows(2).filter_map(|w| Some((w[1].t_s, (f(&w[1])? - f(&w[0])?) / (w[1].t_s - w[0].t_s).max(1e-3) * 100.0))).collect()
+        all.windows(2).filter_map(|w| Some((w[1].t_s, (f(&w[1])? - f(&w[0])?) / (w[1].t_s - w[0].t_s).max(1e-3) * 100.0))).collect()
     };
     out.push_str(&line_chart(&Chart {
         title: "CPU over time (% of one core; the machine has 2)".into(),
@@ -96,6 +97,7 @@ fn gateway_charts(r: &RunResult, out: &mut String) {
         series: vec![
             Series { name: "gateway".into(), points: cpu(&|x| x.gateway.map(|g| g.cpu_s)), dashed: false },
             Series { name: "fleet (devices+relays)".into(), points: cpu(&|x| x.fleet.map(|g| g.cpu_s)), dashed: true },
+            Series { name: "whole machine".into(), points: cpu(&|x| Some(x.host_busy_s)), dashed: true },
         ],
         bands: vec![(0.0, load.0)],
         ..Chart::default()
@@ -105,8 +107,8 @@ fn gateway_charts(r: &RunResult, out: &mut String) {
         x_label: "s since start (shaded = ramp-up)".into(),
         y_label: "MiB / connections ÷ 10".into(),
         series: vec![
-            Series { name: "gateway RSS, MiB".into(), points: s.iter().filter_map(|x| Some((x.t_s, x.gateway?.rss_mib))).collect(), dashed: false },
-            Series { name: "connections ÷ 10".into(), points: s.iter().map(|x| (x.t_s, x.connections / 10.0)).collect(), dashed: true },
+            Series { name: "gateway RSS, MiB".into(), points: all.iter().filter_map(|x| Some((x.t_s, x.gateway?.rss_mib))).collect(), dashed: false },
+            Series { name: "connections ÷ 10".into(), points: good.iter().map(|x| (x.t_s, x.connections / 10.0)).collect(), dashed: true },
         ],
         bands: vec![(0.0, load.0)],
         ..Chart::default()
@@ -269,8 +271,8 @@ backend <code>{}</code> ({}); tau {:.4} (trace escalation rate {:.3}); deadline 
     let _ = write!(
         out,
         "<h2>Gateway</h2><table><tr><th>connections idle / peak</th><th>RSS before / idle / peak MiB</th><th>RSS per idle device KiB</th><th>RSS per connected device at peak KiB</th>\
-<th>CPU under load %</th><th>escalations/s (peak)</th><th>received / answered / busy / expired / cancelled</th><th>fleet process CPU % / peak RSS MiB</th></tr>\
-<tr><td>{} / {}</td><td>{} / {} / {}</td><td>{}</td><td>{}</td><td>{}</td><td>{} ({})</td><td>{} / {} / {} / {} / {}</td><td>{} / {}</td></tr></table>",
+<th>CPU under load %</th><th>escalations/s (peak)</th><th>received / answered / busy / expired / cancelled</th><th>fleet process CPU % / peak RSS MiB</th><th>machine busy (all cores)</th></tr>\
+<tr><td>{} / {}</td><td>{} / {} / {}</td><td>{}</td><td>{}</td><td>{}</td><td>{} ({})</td><td>{} / {} / {} / {} / {}</td><td>{} / {}</td><td>{}</td></tr></table>",
         g.connections_idle,
         g.connections_peak,
         opt(g.rss_before_mib),
@@ -288,6 +290,7 @@ backend <code>{}</code> ({}); tau {:.4} (trace escalation rate {:.3}); deadline 
         g.escalations_cancelled,
         opt(rep.fleet_cpu_load_pct),
         opt(rep.fleet_rss_peak_mib),
+        rep.host_busy_share.map_or("-".into(), |b| format!("{:.0} %", b * 100.0)),
     );
     out.push_str("<h2>Plots</h2><div class=\"plots\">");
     let deadline = Some((rep.deadline_max_ms as f64, "deadline max".to_string()));

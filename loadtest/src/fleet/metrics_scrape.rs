@@ -66,11 +66,23 @@ pub fn proc_sample(pid: &str) -> Option<ProcSample> {
     Some(ProcSample { cpu_s, rss_mib: kb / 1024.0 })
 }
 
+/// The whole machine's CPU time so far, s (busy = all but idle and iowait; total), summed over
+/// its cores, from /proc/stat: what else runs beside the gateway and the fleet shows here.
+pub fn host_cpu() -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let f: Vec<f64> = stat.lines().next()?.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    let total: f64 = f.iter().take(8).sum();
+    let idle = f.get(3)? + f.get(4).unwrap_or(&0.0);
+    Some(((total - idle) / TICKS_PER_S, total / TICKS_PER_S))
+}
+
 /// One sample of the gateway and of the fleet's process.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Sample {
     /// Seconds since the run started.
     pub t_s: f64,
+    /// Whether `/metrics` answered (if not, the gateway's figures below are 0).
+    pub scraped: bool,
     /// Gateway counters (cumulative) and gauges, from `/metrics`.
     pub received: f64,
     pub answered: f64,
@@ -85,6 +97,9 @@ pub struct Sample {
     pub gateway: Option<ProcSample>,
     /// The fleet's own process.
     pub fleet: Option<ProcSample>,
+    /// The machine: busy and total CPU seconds so far, all cores.
+    pub host_busy_s: f64,
+    pub host_total_s: f64,
 }
 
 impl Sample {
@@ -113,14 +128,23 @@ pub struct Targets {
 
 /// Take one sample at `t_s` seconds into the run (a failed scrape leaves the metrics at 0).
 pub async fn sample(targets: &Targets, t_s: f64) -> Sample {
-    let mut s = Sample { t_s, gateway: targets.gateway_pid.and_then(|p| proc_sample(&p.to_string())), fleet: proc_sample("self"), ..Sample::default() };
+    let (host_busy_s, host_total_s) = host_cpu().unwrap_or_default();
+    let mut s = Sample { t_s, gateway: targets.gateway_pid.and_then(|p| proc_sample(&p.to_string())), fleet: proc_sample("self"), host_busy_s, host_total_s, ..Sample::default() };
     if let Some(addr) = targets.metrics {
         match fetch_metrics(addr, Duration::from_secs(2)).await {
-            Ok(text) => s.from_metrics(&parse_metrics(&text)),
+            Ok(text) => {
+                s.from_metrics(&parse_metrics(&text));
+                s.scraped = true;
+            }
             Err(e) => tracing::debug!("scraping the gateway: {e}"),
         }
     }
     s
+}
+
+/// The samples whose scrape succeeded (rates between them are meaningful).
+pub fn scraped(samples: &[Sample]) -> Vec<&Sample> {
+    samples.iter().filter(|s| s.scraped).collect()
 }
 
 /// Sample every `every` until `stop` flips, into a vector returned at the end.
@@ -161,5 +185,7 @@ mod tests {
         let s = proc_sample("self").unwrap();
         assert!(s.rss_mib > 1.0 && s.cpu_s >= 0.0, "{s:?}");
         assert!(proc_sample("999999999").is_none());
+        let (busy, total) = host_cpu().unwrap();
+        assert!(busy > 0.0 && total >= busy, "{busy} {total}");
     }
 }

@@ -164,6 +164,9 @@ pub struct FleetReport {
     pub local_only: Option<GroupReport>,
     pub correctness: Correctness,
     pub gateway: GatewayReport,
+    /// The whole machine during the load phase: share of all its cores busy (0..1), whoever
+    /// used them (on a shared machine, other work skews every latency here).
+    pub host_busy_share: Option<f64>,
     /// This process (devices and relays): CPU during the load phase (% of one core), peak RSS.
     pub fleet_cpu_load_pct: Option<f64>,
     pub fleet_rss_peak_mib: Option<f64>,
@@ -246,15 +249,16 @@ fn group_report(g: &GroupStats, r: &RunResult, local_tps: Option<f64>) -> GroupR
 }
 
 /// The sample closest after `t_s` seconds into the run.
-fn at(samples: &[Sample], t_s: f64) -> Option<&Sample> {
-    samples.iter().find(|s| s.t_s >= t_s).or(samples.last())
+fn at<'a>(samples: &[&'a Sample], t_s: f64) -> Option<&'a Sample> {
+    samples.iter().find(|s| s.t_s >= t_s).or(samples.last()).copied()
 }
 
 fn gateway_report(r: &RunResult) -> GatewayReport {
-    let (s, args) = (&r.samples, &r.plan.args);
+    let s = super::metrics_scrape::scraped(&r.samples);
+    let args = &r.plan.args;
     let load_from = args.ramp_up_s + 1.0;
     let load_to = load_from + args.duration_s;
-    let (a, b) = (at(s, load_from), at(s, load_to));
+    let (a, b) = (at(&s, load_from), at(&s, load_to));
     let rate = match (a, b) {
         (Some(a), Some(b)) if b.t_s > a.t_s => (b.received - a.received) / (b.t_s - a.t_s),
         _ => 0.0,
@@ -264,7 +268,7 @@ fn gateway_report(r: &RunResult) -> GatewayReport {
         (Some((t0, c0)), Some((t1, c1))) if t1 > t0 => Some((c1 - c0) / (t1 - t0) * 100.0),
         _ => None,
     };
-    let last = s.last().cloned().unwrap_or_default();
+    let last = s.last().map(|x| (*x).clone()).unwrap_or_default();
     let before = r.before.gateway.map(|g| g.rss_mib);
     let idle = r.idle.gateway.map(|g| g.rss_mib);
     let peak = s.iter().filter_map(|x| x.gateway.map(|g| g.rss_mib)).reduce(f64::max);
@@ -304,7 +308,8 @@ pub fn build(r: &RunResult) -> FleetReport {
     let local_tps = local_report.as_ref().map(|l| l.tokens_per_s_per_device);
     let profiles = r.env.groups.iter().filter(|g| g.target.is_some()).map(|g| group_report(&g.stats, r, local_tps)).collect();
     let c = &r.env.checks;
-    let s = &r.samples;
+    let all: Vec<&Sample> = r.samples.iter().collect();
+    let s = &all;
     let load_from = args.ramp_up_s + 1.0;
     let (a, b) = (at(s, load_from), at(s, load_from + args.duration_s));
     let fleet_cpu = match (a.and_then(|x| x.fleet.map(|f| (x.t_s, f.cpu_s))), b.and_then(|x| x.fleet.map(|f| (x.t_s, f.cpu_s)))) {
@@ -339,6 +344,10 @@ pub fn build(r: &RunResult) -> FleetReport {
             samples: c.samples.lock().map(|v| v.clone()).unwrap_or_default(),
         },
         gateway: gateway_report(r),
+        host_busy_share: match (a, b) {
+            (Some(a), Some(b)) if b.host_total_s > a.host_total_s => Some((b.host_busy_s - a.host_busy_s) / (b.host_total_s - a.host_total_s)),
+            _ => None,
+        },
         fleet_cpu_load_pct: fleet_cpu,
         fleet_rss_peak_mib: s.iter().filter_map(|x| x.fleet.map(|f| f.rss_mib)).reduce(f64::max),
         relays: r.relays.clone(),
