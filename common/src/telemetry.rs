@@ -161,6 +161,9 @@ mod otlp {
         S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
     {
         let Some(url) = export_target(endpoint)? else { return Ok(None) };
+        // reqwest is built without a crypto provider (the workspace picks ring); an https
+        // collector needs one, and the client refuses to build without it.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let mut builder = opentelemetry_otlp::SpanExporter::builder().with_http();
         if let Some(url) = &url {
             builder = builder.with_endpoint(url.clone());

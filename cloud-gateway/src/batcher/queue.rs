@@ -122,6 +122,8 @@ impl Escalation {
         if s.parent.is_disabled() {
             return;
         }
+        // The queue wait ends before the batch begins.
+        drop(std::mem::replace(&mut s.stage, tracing::Span::none()));
         s.stage = tracing::info_span!(target: TRACE_TARGET, parent: &s.parent, "batch", batch_size = size);
         s.backend = tracing::info_span!(target: TRACE_TARGET, parent: &s.stage, "backend", backend, backend_ms = Empty, ok = Empty);
     }
