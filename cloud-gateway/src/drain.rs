@@ -5,8 +5,8 @@
 //! ([`crate::http`]), the listener refuses new devices and each connection sends its `GoAway`
 //! and answers late escalations `Busy` ([`crate::transport`]). This task only watches what is
 //! still live (connections, escalations not yet answered) and, when the timeline says so,
-//! closes every connection and reports the gateway drained, by the drain's deadline at the
-//! latest, so the process exits within its grace period.
+//! closes every connection and reports the gateway drained, half a close margin later at most,
+//! so the process exits within its grace period.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -45,7 +45,10 @@ pub fn spawn_drain_task(endpoint: quinn::Endpoint, shared: Arc<Shared>, drained:
             }
         }
         endpoint.close(CLOSE_DRAINED.into(), b"gateway drained");
-        let _ = tokio::time::timeout_at(drain.deadline().into(), endpoint.wait_idle()).await;
+        // The closes are sent at once; waiting until every connection is fully gone can take
+        // longer (a peer that vanished leaves its connection draining for several timeouts).
+        let flush_until = (Instant::now() + drain.close_margin() / 2).min(drain.deadline());
+        let _ = tokio::time::timeout_at(flush_until.into(), endpoint.wait_idle()).await;
         drained.send_replace(true);
     })
 }

@@ -448,16 +448,22 @@ async fn watch_connection(conn: &quinn::Connection) -> Ended {
     }
 }
 
-/// What the link offers while it has no new connection: a drained replica's connection that is
-/// still open (it serves until its drain stops taking work), else `otherwise`.
-fn fallback_state(previous: &mut Option<Connected>, otherwise: LinkState) -> LinkState {
-    match previous.take().filter(|p| p.conn.close_reason().is_none()) {
-        Some(p) => {
-            *previous = Some(p.clone());
-            LinkState::Up(p)
-        }
-        None => otherwise,
+/// While there is no new connection, offer the drained replica's (it serves until its drain
+/// stops taking work), else publish `otherwise`. Offered again after a `Moving`, it is the
+/// generation that `Moving` announced: what the sessions sent meanwhile went to it, and the
+/// next replica will be a generation after it (so they resync with `Full` there).
+fn offer_previous(tx: &watch::Sender<LinkState>, previous: &mut Option<Connected>, generation: &mut u64, otherwise: LinkState) {
+    let Some(mut p) = previous.take().filter(|p| p.conn.close_reason().is_none()) else {
+        tx.send_replace(otherwise);
+        return;
+    };
+    let offered = matches!(&*tx.borrow(), LinkState::Up(c) if c.conn.stable_id() == p.conn.stable_id());
+    if !offered {
+        *generation += 1;
+        p.generation = *generation;
+        tx.send_replace(LinkState::Up(p.clone()));
     }
+    *previous = Some(p);
 }
 
 async fn run_link(client: quinn::ClientConfig, cfg: LinkConfig, tx: watch::Sender<LinkState>) {
@@ -477,7 +483,7 @@ async fn run_link(client: quinn::ClientConfig, cfg: LinkConfig, tx: watch::Sende
         let Some(addr) = failover.pick(&candidates) else {
             tracing::debug!("no address of {} resolves", cfg.gateway);
             let wait = failover.failed(1);
-            tx.send_replace(fallback_state(&mut previous, LinkState::Connecting));
+            offer_previous(&tx, &mut previous, &mut generation, LinkState::Connecting);
             sleep_jittered(wait).await;
             continue;
         };
@@ -488,7 +494,7 @@ async fn run_link(client: quinn::ClientConfig, cfg: LinkConfig, tx: watch::Sende
                 r = &mut attempt => r,
                 _ = tokio::time::sleep(MOVE_PATIENCE) => {
                     // Slow to move: meanwhile, serve on the drained replica.
-                    tx.send_replace(fallback_state(&mut previous, LinkState::Connecting));
+                    offer_previous(&tx, &mut previous, &mut generation, LinkState::Connecting);
                     attempt.await
                 }
             }
@@ -522,17 +528,17 @@ async fn run_link(client: quinn::ClientConfig, cfg: LinkConfig, tx: watch::Sende
             }
             Err(Attempt::Refused(why)) => {
                 tracing::error!(%addr, "gateway refused this device: {why}");
-                tx.send_replace(fallback_state(&mut previous, LinkState::Rejected(why)));
+                offer_previous(&tx, &mut previous, &mut generation, LinkState::Rejected(why));
                 failover.refused(candidates.len())
             }
             Err(Attempt::Failed(why)) => {
                 tracing::debug!(%addr, "connecting: {why}");
-                tx.send_replace(fallback_state(&mut previous, LinkState::Connecting));
+                offer_previous(&tx, &mut previous, &mut generation, LinkState::Connecting);
                 failover.failed(candidates.len())
             }
             Err(Attempt::Downgrade(version)) => {
                 tracing::debug!(%addr, version, "connecting: asked to downgrade twice");
-                tx.send_replace(fallback_state(&mut previous, LinkState::Connecting));
+                offer_previous(&tx, &mut previous, &mut generation, LinkState::Connecting);
                 failover.failed(candidates.len())
             }
         };
@@ -546,7 +552,7 @@ async fn run_link(client: quinn::ClientConfig, cfg: LinkConfig, tx: watch::Sende
                     _ = sleep_jittered(wait) => {}
                     _ = p.conn.closed() => {
                         previous = None;
-                        if matches!(&*tx.borrow(), LinkState::Up(c) if c.generation == p.generation) {
+                        if matches!(&*tx.borrow(), LinkState::Up(c) if c.conn.stable_id() == p.conn.stable_id()) {
                             tx.send_replace(LinkState::Connecting);
                         }
                     }

@@ -70,8 +70,9 @@ impl Drain {
     }
 
     /// Time kept at the end for closing and exiting: a tenth of the grace, at most
-    /// [`MAX_CLOSE_MARGIN`].
-    fn close_margin(&self) -> Duration {
+    /// [`MAX_CLOSE_MARGIN`]. The shell spends at most half of it letting the connection closes
+    /// go out and a quarter stopping the rest, so the process is gone before the deadline.
+    pub fn close_margin(&self) -> Duration {
         (self.grace / 10).min(MAX_CLOSE_MARGIN)
     }
 
@@ -122,6 +123,7 @@ mod tests {
         let d = Drain::start(t0, S(20));
         assert_eq!(d.deadline(), t0 + S(20));
         assert_eq!(d.close_at(), t0 + S(19), "1 s to close and exit");
+        assert_eq!(d.close_margin(), S(1));
         assert_eq!(d.admit_until(), t0 + S(14), "5 s to answer what was taken");
         assert!(d.admits_escalations(t0 + MS(13_999)));
         assert!(!d.admits_escalations(t0 + S(14)));
