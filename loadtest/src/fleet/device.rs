@@ -92,6 +92,8 @@ pub struct Env {
     pub ping_every: Duration,
     /// How long a device waits for its first connection.
     pub connect_timeout: Duration,
+    /// Device ids are `{device_prefix}-{index}`.
+    pub device_prefix: String,
     /// Per group: its measurements, where its devices connect (None: local-only) and its
     /// relay's blackouts.
     pub groups: Vec<Group>,
@@ -133,7 +135,7 @@ pub async fn run_device(env: Arc<Env>, spec: DeviceSpec, fingerprint: Arc<str>) 
     let mut rng = StdRng::seed_from_u64(spec.seed);
     let link = match group.target {
         None => None,
-        Some(addr) => match Link::start(LinkConfig { slm_id: "fleet".into(), ..LinkConfig::new(addr.to_string(), Some(env.cert.clone()), format!("fleet-{}", spec.index), &*fingerprint) }) {
+        Some(addr) => match Link::start(LinkConfig { slm_id: "fleet".into(), ..LinkConfig::new(addr.to_string(), Some(env.cert.clone()), format!("{}-{}", env.device_prefix, spec.index), &*fingerprint) }) {
             Ok(link) => Some(link),
             Err(e) => {
                 tracing::error!(device = spec.index, "link: {e:#}");

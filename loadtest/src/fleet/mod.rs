@@ -133,6 +133,10 @@ pub struct FleetArgs {
     /// A name for the run, copied into the reports.
     #[arg(long, env = "DUET_FLEET_LABEL", default_value = "")]
     pub label: String,
+    /// Device ids are PREFIX-N: fleets sharing gateways need distinct prefixes (a gateway keys
+    /// sessions by device id, so two devices with one id would share sessions).
+    #[arg(long, env = "DUET_FLEET_DEVICE_PREFIX", default_value = "fleet")]
+    pub device_prefix: String,
 }
 
 /// What the options resolve to, checked before anything starts.
@@ -323,6 +327,7 @@ pub async fn run_fleet(plan: Plan, exe: &Path) -> anyhow::Result<RunResult> {
         think_mean: Duration::from_secs_f64(args.think_time_s),
         ping_every: Duration::from_secs_f64(args.ping_interval_s),
         connect_timeout: Duration::from_secs_f64(args.connect_timeout_s),
+        device_prefix: args.device_prefix.clone(),
         groups,
         checks: Checks::default(),
         live_sessions: AtomicI64::new(0),
