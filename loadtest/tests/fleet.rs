@@ -96,4 +96,9 @@ fn bad_options_are_refused_with_what_to_fix() {
     }
     let err = refused(&["--profiles", "5g=10"]);
     assert!(err.contains("4g") && err.contains("direct"), "an unknown profile lists the known ones: {err}");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[slow]\ndelay_ms = 100\nlatency_ms = 5\n").expect("write");
+    let err = refused(&["--profiles", "slow", "--profiles-file", bad.to_str().expect("utf-8")]);
+    assert!(err.contains("latency_ms"), "a bad profile file names the bad key: {err}");
 }
