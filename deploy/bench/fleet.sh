@@ -10,7 +10,9 @@
 # Every run's JSON and HTML reports stay in $OUT; a markdown table is printed at the end.
 # Every run checks every device's token stream: a violation fails that run.
 # Usage: deploy/bench/fleet.sh [all|big|profiles|embedded]
-#   BIG, PER, EMBEDDED, DURATION (s of load per run, default 60), OUT (report directory).
+#   BIG, PER, EMBEDDED, DURATION (s of load per run, default 60), OUT (report directory),
+#   NICE (e.g. -10 as root: the fleet and its gateway ahead of other work on a shared machine;
+#   every report states how busy the whole machine was).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -32,7 +34,7 @@ run() {
   local name=$1
   shift
   say "$name: $*"
-  if ./target/release/loadtest fleet --label "$name" --seed 1 --duration-s "$duration" "$@" \
+  if nice -n "${NICE:-0}" ./target/release/loadtest fleet --label "$name" --seed 1 --duration-s "$duration" "$@" \
       --json "$out/$name.json" --html "$out/$name.html" 2>"$out/$name.log"; then
     tail -n 1 "$out/$name.log" >&2
   else
