@@ -102,7 +102,7 @@ async fn a_hello_with_another_protocol_version_is_rejected_with_the_supported_on
     send.write_all(&encode_frame(&hello, 1 << 16).unwrap()).await.unwrap();
     send.finish().unwrap();
     let reply = read_reply(&mut recv).await;
-    assert!(matches!(reply, Frame::Reject { reason: RejectReason::Version { supported: 1 } }), "{reply:?}");
+    assert!(matches!(reply, Frame::Reject { reason: RejectReason::Version { supported } } if supported == common::protocol::PROTOCOL_VERSION), "{reply:?}");
     gw.shutdown().await;
 }
 
