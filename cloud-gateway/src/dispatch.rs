@@ -43,7 +43,11 @@ impl Dispatcher {
                     return Err(QueueFull { retry_after_ms: pool.service_ms().max(5) });
                 }
                 let (tx, rx) = oneshot::channel();
-                let span = tracing::info_span!(target: TRACE_TARGET, "backend", backend = "engines", outcome = tracing::field::Empty);
+                // Under the escalation's span; none outside one (a span would start a trace).
+                let span = match tracing::Span::current().is_disabled() {
+                    true => tracing::Span::none(),
+                    false => tracing::info_span!(target: TRACE_TARGET, "backend", backend = "engines", outcome = tracing::field::Empty),
+                };
                 tokio::spawn(run_on_pool(pool.clone(), request, deadline, tx).instrument(span));
                 Ok(rx)
             }

@@ -1,6 +1,11 @@
 //! Gateway-added latency: simulated devices over real QUIC on loopback escalate against an
 //! in-process gateway whose backend costs a fixed, known time. The same run measures `Ping`
 //! round trips (QUIC + the connection actor, no batcher or backend) as the transport baseline.
+//!
+//! `--trace-sample P` measures tracing's cost: the devices attach a sampled trace context to a
+//! share P of their escalations (as a device whose sampler keeps P of its traces does), and the
+//! gateway exports its spans over OTLP/HTTP (sampler `parentbased_traceidratio`, ratio P) to a
+//! receiver in this process ([`crate::otlp_sink`]). Without it tracing is off, the default.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,8 +13,9 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use cloud_gateway::config::{BatcherConfig, GatewayConfig};
 use cloud_gateway::Gateway;
-use common::protocol::{ContextTracker, Frame, WireSampling};
+use common::protocol::{encode_frame, ContextTracker, Frame, TraceContext, WireSampling};
 use edge_node::link::{Link, LinkConfig};
+use rand::Rng;
 use model_runtime::model_files::{ModelFiles, DEFAULT_SLM};
 use serde::Serialize;
 
@@ -40,6 +46,11 @@ pub struct LatencyArgs {
     /// Tokens appended between escalations.
     #[arg(long, default_value_t = 12)]
     pub delta: usize,
+    /// Trace this share of escalations (0..=1, e.g. 0.01 or 1): devices send a sampled trace
+    /// context with it and the gateway exports spans to an OTLP receiver in this process.
+    /// Unset: tracing off.
+    #[arg(long, value_parser = edge_node::args::parse_unit)]
+    pub trace_sample: Option<f32>,
 }
 
 #[derive(Serialize)]
@@ -56,12 +67,48 @@ struct Report {
     added_over_backend_p99_ms: f64,
     escalations_per_s: f64,
     avg_escalation_frame_bytes_after_first: f64,
+    /// The share of escalations sent with a trace context (`--trace-sample`), if tracing.
+    trace_sample: Option<f32>,
+    /// Escalations that carried a trace context.
+    traced_escalations: usize,
+    /// `gateway.escalation` spans the receiver got (device-sampled ones, plus those the
+    /// gateway's own sampler started).
+    gateway_escalation_spans: usize,
+    /// Spans exported in all (and by name), and the export requests and bytes they took.
+    spans_exported: usize,
+    spans_by_name: std::collections::BTreeMap<String, usize>,
+    export_requests: usize,
+    export_bytes: usize,
 }
 
 /// Run the measurement (bounded: devices x sessions x escalations requests, then it stops).
 pub fn run(args: LatencyArgs) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    rt.block_on(async move {
+    let sample = args.trace_sample;
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    let sink_rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let sink = match sample {
+        Some(_) => Some(sink_rt.block_on(crate::otlp_sink::OtlpSink::start())?),
+        None => None,
+    };
+    let sink_thread = sink.as_ref().map(|_| {
+        // The receiver serves from a thread of its own, outside the measured runtime.
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || sink_rt.block_on(async move { let _ = stopped.await; }));
+        (stop, thread)
+    });
+    let mut telemetry = None;
+    if let (Some(p), Some(sink)) = (sample, &sink) {
+        // As an operator would set it: follow the device's decision, sample the rest at P.
+        std::env::set_var("OTEL_TRACES_SAMPLER", "parentbased_traceidratio");
+        std::env::set_var("OTEL_TRACES_SAMPLER_ARG", p.to_string());
+        let (dispatch, t) = common::telemetry::otlp_dispatch(Some(&sink.endpoint()), "cloud-gateway")?.ok_or_else(|| anyhow::anyhow!("OTEL_* variables turn trace export off"))?;
+        telemetry = Some(t);
+        // Every thread of the measured runtime (the gateway's and the devices') reports to it.
+        builder.on_thread_start(move || std::mem::forget(tracing::dispatcher::set_default(&dispatch)));
+    }
+    let rt = builder.build()?;
+    let result = rt.block_on(async move {
         let dir = tempfile::tempdir()?;
         let (base, cert) = crate::loopback::loopback_config(dir.path())?;
         let config = GatewayConfig {
@@ -101,18 +148,27 @@ pub fn run(args: LatencyArgs) -> anyhow::Result<()> {
                     let mut lat = Vec::with_capacity(n);
                     let mut pings = Vec::with_capacity(n);
                     let mut later_bytes = Vec::new();
+                    let mut traced = 0usize;
                     for k in 0..n {
                         for j in 0..delta {
                             ctx.push((3000 + (k * 31 + j * 7 + s) % 20000) as u32);
                         }
                         let sync = tracker.sync_for(&ctx);
                         let frame = Frame::Escalate { session_id: s as u64 + 1, seq: sync.seq, context: sync.context, sampling: WireSampling::default(), deadline_ms: 10_000 };
-                        if k > 0 {
-                            later_bytes.push(common::protocol::encode_frame(&frame, 1 << 16).map(|b| b.len()).unwrap_or(0) as f64);
-                        }
+                        let bytes = encode_frame(&frame, 1 << 16)?;
+                        // A device that sampled this escalation's trace sends its context.
+                        let trace = sample.filter(|&p| rand::rng().random::<f32>() < p).and_then(|_| {
+                            let mut rng = rand::rng();
+                            TraceContext::sampled(rng.random(), rng.random())
+                        });
+                        traced += usize::from(trace.is_some());
                         let t = Instant::now();
-                        match link.request(&frame, Instant::now() + Duration::from_secs(10)).await {
-                            Ok((Frame::Token { token_id, .. }, _)) => {
+                        let (reply, sent) = link.request_escalation(&bytes, trace.as_ref(), Instant::now() + Duration::from_secs(10)).await;
+                        if k > 0 {
+                            later_bytes.push(sent as f64);
+                        }
+                        match reply {
+                            Ok(Frame::Token { token_id, .. }) => {
                                 lat.push(t.elapsed().as_secs_f64() * 1e3);
                                 ctx.push(token_id);
                             }
@@ -123,16 +179,17 @@ pub fn run(args: LatencyArgs) -> anyhow::Result<()> {
                             pings.push(t.elapsed().as_secs_f64() * 1e3);
                         }
                     }
-                    anyhow::Ok((lat, pings, later_bytes))
+                    anyhow::Ok((lat, pings, later_bytes, traced))
                 }));
             }
         }
-        let (mut lat, mut pings, mut bytes) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut lat, mut pings, mut bytes, mut traced) = (Vec::new(), Vec::new(), Vec::new(), 0);
         for t in tasks {
-            let (l, p, b) = t.await??;
+            let (l, p, b, n) = t.await??;
             lat.extend(l);
             pings.extend(p);
             bytes.extend(b);
+            traced += n;
         }
         let elapsed = started.elapsed().as_secs_f64();
         let cost = args.cost_ms as f64;
@@ -149,9 +206,33 @@ pub fn run(args: LatencyArgs) -> anyhow::Result<()> {
             added_over_backend_p99_ms: percentile(&mut lat, 0.99) - cost,
             escalations_per_s: lat.len() as f64 / elapsed,
             avg_escalation_frame_bytes_after_first: bytes.iter().sum::<f64>() / bytes.len().max(1) as f64,
+            trace_sample: sample,
+            traced_escalations: traced,
+            gateway_escalation_spans: 0,
+            spans_exported: 0,
+            spans_by_name: Default::default(),
+            export_requests: 0,
+            export_bytes: 0,
         };
-        println!("{}", serde_json::to_string_pretty(&report)?);
         gw.shutdown().await;
-        anyhow::Ok(())
-    })
+        anyhow::Ok(report)
+    });
+    drop(rt);
+    let mut report = result?;
+    if let Some(mut t) = telemetry {
+        t.shutdown(); // the last batch reaches the receiver before it is read
+    }
+    if let Some(sink) = &sink {
+        let got = sink.received();
+        report.gateway_escalation_spans = got.spans.get("gateway.escalation").copied().unwrap_or(0);
+        report.spans_exported = got.spans.values().sum();
+        report.spans_by_name = got.spans.into_iter().collect();
+        (report.export_requests, report.export_bytes) = (got.requests, got.bytes);
+    }
+    if let Some((stop, thread)) = sink_thread {
+        let _ = stop.send(());
+        let _ = thread.join();
+    }
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
 }

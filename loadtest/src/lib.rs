@@ -7,5 +7,6 @@ pub mod fixed_backend;
 pub mod fleet;
 pub mod gateway_latency;
 pub mod loopback;
+pub mod otlp_sink;
 pub mod relay;
 pub mod stats;

@@ -110,6 +110,9 @@ impl Escalation {
 
     /// Trace it under `parent` (the escalation's span): its queue wait starts now.
     pub fn with_trace(mut self, parent: tracing::Span, queued_behind: usize) -> Self {
+        if parent.is_disabled() {
+            return self; // not traced (tracing off, or submitted outside an escalation's span)
+        }
         let stage = tracing::info_span!(target: TRACE_TARGET, parent: &parent, "queue_wait", queued_behind);
         self.stages = Stages { parent, stage, backend: tracing::Span::none() };
         self

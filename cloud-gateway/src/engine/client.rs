@@ -67,7 +67,11 @@ impl EngineClient {
 
     /// Ask for the next token(s), giving up after `timeout`.
     pub async fn next_token(&self, request: &NextTokenRequest<'_>, timeout: Duration) -> Result<EngineReply, EngineError> {
-        let span = tracing::info_span!(target: common::telemetry::TRACE_TARGET, "engine_request", otel.kind = "client", worker = %self.label, status = tracing::field::Empty);
+        // Under the pool's `backend` span; none outside one (the start-up checks).
+        let span = match tracing::Span::current().is_disabled() {
+            true => tracing::Span::none(),
+            false => tracing::info_span!(target: common::telemetry::TRACE_TARGET, "engine_request", otel.kind = "client", worker = %self.label, status = tracing::field::Empty),
+        };
         let traceparent = common::trace::traceparent_header(&span);
         let result = self.call_traced(&self.dialect.next_token_call(request), timeout, traceparent).instrument(span.clone()).await;
         if !span.is_disabled() {

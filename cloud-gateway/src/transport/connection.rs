@@ -219,7 +219,7 @@ async fn read_request(send: quinn::SendStream, mut recv: quinn::RecvStream, acto
         }
         Err(e) => (Err(e), tracing::Span::none()),
     };
-    let validate = tracing::info_span!(target: TRACE_TARGET, parent: &span, "validate");
+    let validate = child(&span, || tracing::info_span!(target: TRACE_TARGET, parent: &span, "validate"));
     let request = validate.in_scope(|| match decoded {
         Err(CodecError::Oversize { len, max }) => {
             metrics::counter!("duet_gateway_frames_rejected_total", "reason" => "oversize").increment(1);
@@ -256,6 +256,16 @@ fn escalation_span(frame: &Frame, trace: Option<&TraceContext>, device: &str, re
         common::trace::set_remote_parent(&span, tc);
     }
     span
+}
+
+/// A child span of `parent` made by `make`, or none when `parent` is none (not an escalation,
+/// or tracing off): a span given a disabled parent would start a trace of its own.
+fn child(parent: &tracing::Span, make: impl FnOnce() -> tracing::Span) -> tracing::Span {
+    if parent.is_disabled() {
+        tracing::Span::none()
+    } else {
+        make()
+    }
 }
 
 /// What became of an escalation, as its span says.
@@ -328,7 +338,7 @@ impl ConnState {
         };
         metrics::counter!("duet_gateway_escalations_received_total").increment(1);
         let key = SessionKey { device: self.device.clone(), session_id };
-        let applied = tracing::info_span!(target: TRACE_TARGET, parent: &span, "apply_context").in_scope(|| self.shared.store.apply(&key, seq, &context, received));
+        let applied = child(&span, || tracing::info_span!(target: TRACE_TARGET, parent: &span, "apply_context")).in_scope(|| self.shared.store.apply(&key, seq, &context, received));
         let snapshot = match applied {
             Ok(s) => s,
             Err(StoreError::Context(e)) => {
