@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use loadtest::relay::bench::spawn_echo;
+use loadtest::relay::bench::EchoServer;
 use loadtest::relay::{Blackout, LinkParams, Profile, Profiles, Relay, RelayConfig};
 use tokio::net::UdpSocket;
 
@@ -15,9 +15,9 @@ fn profile(params: LinkParams) -> Profile {
     Profile { name: "test".into(), description: String::new(), up: params.clone(), down: params }
 }
 
-async fn relay_to_echo(params: LinkParams) -> (Relay, SocketAddr) {
-    let (echo, _task) = spawn_echo("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let relay = Relay::start(RelayConfig::new("127.0.0.1:0".parse().unwrap(), echo, profile(params))).await.unwrap();
+async fn relay_to_echo(params: LinkParams) -> (Relay, EchoServer) {
+    let echo = EchoServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
+    let relay = Relay::start(RelayConfig::new("127.0.0.1:0".parse().unwrap(), echo.local_addr(), profile(params))).await.unwrap();
     (relay, echo)
 }
 
@@ -44,7 +44,7 @@ async fn round_trip(s: &UdpSocket, seq: u64, timeout: Duration) -> Option<Durati
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_round_trip_through_the_relay_takes_twice_the_one_way_delay() {
     let (relay, echo) = relay_to_echo(LinkParams { delay_ms: 40.0, ..LinkParams::default() }).await;
-    let (direct, relayed) = (client(echo).await, client(relay.local_addr()).await);
+    let (direct, relayed) = (client(echo.local_addr()).await, client(relay.local_addr()).await);
     let mut rtts = Vec::new();
     for seq in 0..15 {
         assert!(round_trip(&direct, seq, Duration::from_secs(1)).await.unwrap() < Duration::from_millis(20));
@@ -60,7 +60,7 @@ async fn a_round_trip_through_the_relay_takes_twice_the_one_way_delay() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loss_through_the_relay_is_the_configured_rate_each_way() {
-    let (relay, _) = relay_to_echo(LinkParams { loss: 0.2, ..LinkParams::default() }).await;
+    let (relay, _echo) = relay_to_echo(LinkParams { loss: 0.2, ..LinkParams::default() }).await;
     let s = std::sync::Arc::new(client(relay.local_addr()).await);
     // Read while sending: a socket buffer holds only a few hundred small datagrams.
     let reader = s.clone();
@@ -94,8 +94,8 @@ async fn loss_through_the_relay_is_the_configured_rate_each_way() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blackout_drops_everything_in_its_window_then_traffic_resumes() {
-    let t0 = Instant::now();
-    let (relay, _) = relay_to_echo(LinkParams { blackout: Some(Blackout { every_s: 10.0, for_s: 0.4, offset_s: Some(0.3) }), ..LinkParams::default() }).await;
+    let (relay, _echo) = relay_to_echo(LinkParams { blackout: Some(Blackout { every_s: 10.0, for_s: 0.4, offset_s: Some(0.3) }), ..LinkParams::default() }).await;
+    let t0 = relay.epoch();
     let s = std::sync::Arc::new(client(relay.local_addr()).await);
     let reader = s.clone();
     let echoed = tokio::spawn(async move {
@@ -115,7 +115,7 @@ async fn a_blackout_drops_everything_in_its_window_then_traffic_resumes() {
     }
     let echoed = echoed.await.unwrap();
     let fates: Vec<(f64, bool)> = sent.iter().enumerate().map(|(i, &t)| (t, echoed.contains(&(i as u64)))).collect();
-    // The window is [0.3, 0.7) s after the relay started (a few ms after t0).
+    // The window is [0.3, 0.7) s after the relay started.
     let inside: Vec<_> = fates.iter().filter(|(t, _)| (0.33..0.67).contains(t)).collect();
     let before: Vec<_> = fates.iter().filter(|(t, _)| *t < 0.27).collect();
     let after: Vec<_> = fates.iter().filter(|(t, _)| *t > 0.73).collect();
@@ -130,8 +130,8 @@ async fn a_blackout_drops_everything_in_its_window_then_traffic_resumes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_table_is_bounded_and_forgets_idle_clients() {
-    let (echo, _task) = spawn_echo("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let config = RelayConfig { max_clients: 2, idle_timeout: Duration::from_millis(300), ..RelayConfig::new("127.0.0.1:0".parse().unwrap(), echo, Profile::clean("lan")) };
+    let echo = EchoServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
+    let config = RelayConfig { max_clients: 2, idle_timeout: Duration::from_millis(300), ..RelayConfig::new("127.0.0.1:0".parse().unwrap(), echo.local_addr(), Profile::clean("lan")) };
     let relay = Relay::start(config).await.unwrap();
     let (a, b, c) = (client(relay.local_addr()).await, client(relay.local_addr()).await, client(relay.local_addr()).await);
     let wait = Duration::from_millis(200);

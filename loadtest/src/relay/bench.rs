@@ -1,7 +1,8 @@
 //! What the relay itself costs: `loadtest relay --bench`.
 //!
-//! Clients ping-pong UDP datagrams with an echo server on loopback, closed loop (one datagram
-//! in flight per client), first straight to the echo server, then through a relay with the
+//! Clients ping-pong UDP datagrams with an echo server on loopback (on a thread of its own, as
+//! a gateway would be another process), one datagram in flight per client, closed loop or
+//! paced, first straight to the echo server, then through a relay with the
 //! chosen profile (`lan`, no impairment, isolates the relay's own cost), alternating. The
 //! report gives round-trip percentiles of both paths, their difference, and the relay's CPU
 //! per forwarded packet: the process's CPU time in the relayed phases minus the direct ones,
@@ -9,36 +10,59 @@
 //! same clients serve as each other's baseline.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use serde::Serialize;
 use tokio::net::UdpSocket;
-use tokio::task::JoinHandle;
 
-use super::udp::bind_udp;
 use super::{Profile, Relay, RelayConfig, RelayStats};
 use crate::stats::percentile;
 
-/// A UDP echo server on `addr` (port 0: any): sends every datagram back to its sender. Must be
-/// called inside a tokio runtime.
-pub async fn spawn_echo(addr: SocketAddr) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
-    // Large buffers: a thousand clients' datagrams may arrive at once.
-    let socket = bind_udp(addr, 4 << 20).with_context(|| format!("binding the echo server on {addr}"))?;
-    let local = socket.local_addr()?;
-    let task = tokio::spawn(async move {
-        let mut buf = vec![0u8; 65_536];
-        loop {
-            match socket.recv_from(&mut buf).await {
-                Ok((n, from)) => {
-                    let _ = socket.send_to(&buf[..n], from).await;
+/// A UDP echo server on its own thread, outside the async runtime that runs the relay (as a
+/// gateway is another process): it sends every datagram back to its sender, and stops when
+/// dropped.
+pub struct EchoServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+}
+
+impl EchoServer {
+    /// Binds `addr` (port 0: any free port) and starts answering.
+    pub fn start(addr: SocketAddr) -> anyhow::Result<EchoServer> {
+        let socket = std::net::UdpSocket::bind(addr).with_context(|| format!("binding the echo server on {addr}"))?;
+        // Large buffers: a thousand clients' datagrams may arrive at once (best effort: the
+        // kernel caps them at net.core.rmem_max / wmem_max).
+        let sock2 = socket2::SockRef::from(&socket);
+        let _ = sock2.set_recv_buffer_size(4 << 20);
+        let _ = sock2.set_send_buffer_size(4 << 20);
+        socket.set_read_timeout(Some(Duration::from_millis(50)))?;
+        let addr = socket.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        std::thread::Builder::new().name("udp-echo".into()).spawn(move || {
+            let mut buf = vec![0u8; 65_536];
+            while !stopped.load(Ordering::Relaxed) {
+                if let Ok((n, from)) = socket.recv_from(&mut buf) {
+                    let _ = socket.send_to(&buf[..n], from);
                 }
-                Err(e) => tracing::debug!("echo recv: {e}"),
             }
-        }
-    });
-    Ok((local, task))
+        })?;
+        Ok(EchoServer { addr, stop })
+    }
+
+    /// Where it listens.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for EchoServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 /// How hard the benchmark pushes.
@@ -115,7 +139,8 @@ pub struct BenchReport {
 pub async fn run(profile: Profile, seed: u64, opts: &BenchOptions) -> anyhow::Result<BenchReport> {
     anyhow::ensure!(opts.clients > 0 && opts.rounds > 0 && opts.repeats > 0, "--bench-clients, --bench-rounds and --bench-repeats must be > 0");
     anyhow::ensure!(opts.bytes >= 16 && opts.bytes <= 65_000, "--bench-bytes must be 16 to 65000");
-    let (echo, echo_task) = spawn_echo("127.0.0.1:0".parse()?).await?;
+    let echo_server = EchoServer::start("127.0.0.1:0".parse()?)?;
+    let echo = echo_server.local_addr();
     let relay = Relay::start(RelayConfig { seed, ..RelayConfig::new("127.0.0.1:0".parse()?, echo, profile.clone()) }).await?;
     // Warm-up of both paths (socket buffers, the relay's client table, which then holds every
     // client until the idle timeout: its growth is the relay's memory per client).
@@ -134,7 +159,7 @@ pub async fn run(profile: Profile, seed: u64, opts: &BenchOptions) -> anyhow::Re
     }
     let stats = relay.stats();
     relay.shutdown().await;
-    echo_task.abort();
+    drop(echo_server);
     let (direct, relayed) = (direct.figures(), relayed.figures());
     let packets = 2.0 * relayed.round_trips as f64;
     Ok(BenchReport {

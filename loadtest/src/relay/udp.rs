@@ -64,6 +64,12 @@ impl Relay {
         self.local_addr
     }
 
+    /// The instant the relay started: blackouts are scheduled from it, and
+    /// [`RelayStats::elapsed_s`] counts from it.
+    pub fn epoch(&self) -> Instant {
+        self.shared.started
+    }
+
     /// Counters so far (a consistent-enough snapshot: each counter is read once).
     pub fn stats(&self) -> RelayStats {
         self.shared.snapshot()
@@ -88,9 +94,9 @@ impl Drop for Relay {
     }
 }
 
-/// A UDP socket on `addr` asking the kernel for `buffer` bytes of receive and send buffer
-/// (the relay's listening socket, which a thousand devices share; the benchmark's echo server).
-pub fn bind_udp(addr: SocketAddr, buffer: usize) -> std::io::Result<UdpSocket> {
+/// A UDP socket on `addr` asking the kernel for `buffer` bytes of receive and send buffer: the
+/// relay's listening socket, which a thousand devices share.
+fn bind_udp(addr: SocketAddr, buffer: usize) -> std::io::Result<UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     // Best effort: the kernel caps (or refuses) sizes beyond its maxima.
