@@ -180,6 +180,8 @@ mod otlp {
             .with_location(false)
             .with_threads(false)
             .with_tracked_inactivity(false)
+            // Parents are explicit or tracing's current span; no OTel context switch per enter.
+            .with_context_activation(false)
             .with_filter(tracing_subscriber::filter::Targets::new().with_target(TRACE_TARGET, tracing::Level::TRACE));
         Ok(Some((provider, layer)))
     }

@@ -24,6 +24,18 @@ pub fn outgoing(span: &tracing::Span) -> Option<TraceContext> {
     TraceContext::sampled(sc.trace_id().to_bytes(), sc.span_id().to_bytes())
 }
 
+/// `span` if its trace is sampled (exported), else a disabled span: an unsampled escalation then
+/// costs no further spans (children of a disabled span must not be created at all: they would
+/// start traces of their own, so callers check [`tracing::Span::is_disabled`] first). Decides
+/// the sampling now: set the span's parent first.
+pub fn keep_if_sampled(span: tracing::Span) -> tracing::Span {
+    if span.is_disabled() || span.context().span().span_context().is_sampled() {
+        span
+    } else {
+        tracing::Span::none()
+    }
+}
+
 /// Make `span` a child of the remote span `tc` names (the device's escalation), so that the
 /// gateway's spans join the device's trace. Call before `span` is entered or has children;
 /// a no-op with tracing off.
@@ -95,6 +107,20 @@ mod tests {
 
     fn traceparent_header_of(tc: &TraceContext) -> String {
         format!("00-{}-{}-01", hex::encode(tc.trace_id), hex::encode(tc.span_id))
+    }
+
+    #[test]
+    fn an_unsampled_span_is_dropped_at_once_and_a_sampled_one_kept() {
+        let exporter = InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder().with_sampler(opentelemetry_sdk::trace::Sampler::ParentBased(Box::new(opentelemetry_sdk::trace::Sampler::AlwaysOff))).with_simple_exporter(exporter.clone()).build();
+        let subscriber = tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+        tracing::subscriber::with_default(subscriber, || {
+            let root = keep_if_sampled(tracing::info_span!(target: TRACE_TARGET, parent: None, "gateway.escalation"));
+            assert!(root.is_disabled(), "no sampled parent: dropped");
+            let child = tracing::info_span!(target: TRACE_TARGET, parent: None, "gateway.escalation");
+            set_remote_parent(&child, &TraceContext::sampled([1; 16], [2; 8]).unwrap());
+            assert!(!keep_if_sampled(child).is_disabled(), "the device sampled it: kept");
+        });
     }
 
     #[test]

@@ -47,7 +47,8 @@ impl<'a> LinkCloud<'a> {
             sent_at_start: c.sent(),
             received_at_start: c.received(),
             escalation_bytes: Vec::new(),
-            generation: tracing::info_span!(target: TRACE_TARGET, "generation", session = session_id, prompt_tokens = Empty, tokens = Empty, escalated = Empty, cloud_tokens = Empty, fallbacks = Empty),
+            // Kept only when sampled: an unsampled generation has no escalation spans either.
+            generation: common::trace::keep_if_sampled(tracing::info_span!(target: TRACE_TARGET, "generation", session = session_id, prompt_tokens = Empty, tokens = Empty, escalated = Empty, cloud_tokens = Empty, fallbacks = Empty)),
         }
     }
 
@@ -62,6 +63,16 @@ impl<'a> LinkCloud<'a> {
     pub fn into_health(self) -> LinkHealth {
         self.session.into_health()
     }
+
+    /// A span under the generation's, or none when the generation is not traced (a span with
+    /// a disabled parent would start a trace of its own).
+    fn child(&self, make: impl FnOnce(&tracing::Span) -> tracing::Span) -> tracing::Span {
+        if self.generation.is_disabled() {
+            tracing::Span::none()
+        } else {
+            make(&self.generation)
+        }
+    }
 }
 
 impl Cloud for LinkCloud<'_> {
@@ -74,7 +85,7 @@ impl Cloud for LinkCloud<'_> {
         // Nobody waits for the answer (an LLM token nobody needs), but the work must not be
         // cancelled, and its service time is a whole prefill's cost: learn it whenever it comes.
         let link = self.link.clone();
-        let span = tracing::info_span!(target: TRACE_TARGET, parent: &self.generation, "presync", otel.kind = "client", tokens = prompt.len(), bytes = Empty, answered = Empty);
+        let span = self.child(|g| tracing::info_span!(target: TRACE_TARGET, parent: g, "presync", otel.kind = "client", tokens = prompt.len(), bytes = Empty, answered = Empty));
         let trace = common::trace::outgoing(&span);
         tokio::spawn(async move {
             let (reply, sent) = link.request_escalation(&t.bytes, trace.as_ref(), t.deadline).await;
@@ -95,10 +106,12 @@ impl Cloud for LinkCloud<'_> {
 
     async fn escalate(&mut self, context: &[u32]) -> CloudAnswer {
         let started = Instant::now();
-        let span = tracing::info_span!(
-            target: TRACE_TARGET, parent: &self.generation, "escalation",
-            otel.kind = "client", context_tokens = context.len(), wait_ms = Empty, outcome = Empty, fallback_reason = Empty, bytes = Empty, frames = Empty,
-        );
+        let span = self.child(|g| {
+            tracing::info_span!(
+                target: TRACE_TARGET, parent: g, "escalation",
+                otel.kind = "client", context_tokens = context.len(), wait_ms = Empty, outcome = Empty, fallback_reason = Empty, bytes = Empty, frames = Empty,
+            )
+        });
         // Sent with the escalation only when sampled (absent: not a byte on the wire).
         let trace = common::trace::outgoing(&span);
         let (mut bytes, mut frames) = (0usize, 0usize);

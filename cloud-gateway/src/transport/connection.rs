@@ -244,6 +244,7 @@ async fn read_request(send: quinn::SendStream, mut recv: quinn::RecvStream, acto
 /// The `gateway.escalation` span of an `Escalate` frame (none for other frames), under the
 /// device's span when the frame carried its trace context. It starts once the frame is
 /// decoded; `read_decode_us` says how long reading and decoding took since the stream opened.
+/// Disabled when its trace is not sampled.
 fn escalation_span(frame: &Frame, trace: Option<&TraceContext>, device: &str, received: Instant) -> tracing::Span {
     let Frame::Escalate { session_id, seq, context, deadline_ms, .. } = frame else { return tracing::Span::none() };
     let sync = if matches!(context, ContextSync::Full { .. }) { "full" } else { "delta" };
@@ -255,7 +256,8 @@ fn escalation_span(frame: &Frame, trace: Option<&TraceContext>, device: &str, re
     if let Some(tc) = trace {
         common::trace::set_remote_parent(&span, tc);
     }
-    span
+    // Not sampled: no span at all from here on (its stages would cost without being exported).
+    common::trace::keep_if_sampled(span)
 }
 
 /// A child span of `parent` made by `make`, or none when `parent` is none (not an escalation,
