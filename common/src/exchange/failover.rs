@@ -76,7 +76,7 @@ impl Failover {
     /// configured: how long to wait before the next.
     pub fn failed(&mut self, candidates: usize) -> Duration {
         self.failures += 1;
-        if self.failures % candidates.max(1) != 0 {
+        if !self.failures.is_multiple_of(candidates.max(1)) {
             return Duration::ZERO;
         }
         let wait = self.backoff;
@@ -87,7 +87,7 @@ impl Failover {
     /// A gateway refused this device in its handshake: try the other replicas, then wait long.
     pub fn refused(&mut self, candidates: usize) -> Duration {
         self.failures += 1;
-        if self.failures % candidates.max(1) != 0 {
+        if !self.failures.is_multiple_of(candidates.max(1)) {
             return Duration::ZERO;
         }
         self.backoff = self.backoff_max;
