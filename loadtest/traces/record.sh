@@ -4,8 +4,9 @@
 # over CommonsenseQA validation prompts (the seed's prompt format, as the router lab uses) and
 # a few coding and chat prompts. Per generated token it keeps the token id, the SLM's top
 # probability and the step time. Run it on a quiet machine: the step times are what every
-# simulated device sleeps. On a shared one, NICE=-10 (as root) runs the generations ahead of
-# other work; the machine's load average is written into the trace either way. THREADS
+# simulated device sleeps. NICE sets the generations' niceness (with the kernel's autogroups,
+# on by default in Debian, it only orders processes of one session); the machine's load
+# average is written into the trace. THREADS
 # (default 1) is ONNX Runtime's thread count: two threads that spin-wait for each other lose
 # far more to other processes than one does (this box, busy: 61 vs 41 ms per token).
 # Usage: [NICE=-10] [THREADS=1] loadtest/traces/record.sh [CQA_PROMPTS] [MAX_NEW_TOKENS]   (default 30 128)

@@ -84,7 +84,9 @@ pub struct GroupReport {
     pub ping_ms: Summary,
     pub pings_lost: u64,
     /// Escalation round trip minus ping round trip minus the backend's fixed cost, at p50/p99
-    /// (what the gateway's batcher and session store add); fixed-cost backend only.
+    /// (what the gateway's batcher and session store add); fixed-cost backend and unimpaired
+    /// links only (`direct`, or a profile without delay, jitter or loss): elsewhere the link's
+    /// own spread swamps a difference of percentiles.
     pub gateway_added_p50_ms: Option<f64>,
     pub gateway_added_p99_ms: Option<f64>,
     /// Generated tokens per second of each completed session (its wall time), mean.
@@ -202,7 +204,8 @@ fn group_report(g: &GroupStats, r: &RunResult, local_tps: Option<f64>) -> GroupR
         _ => None,
     };
     let (esc, ping) = (g.escalation_cloud.summary(), g.ping.summary());
-    let added = |e: f64, p: f64| cost.filter(|_| esc.n > 0 && ping.n > 0).map(|c| e - p - c);
+    let clean = profile.as_ref().is_none_or(|p| [&p.up, &p.down].iter().all(|l| l.delay_ms == 0.0 && l.jitter_ms == 0.0 && l.expected_loss() == 0.0));
+    let added = |e: f64, p: f64| cost.filter(|_| clean && esc.n > 0 && ping.n > 0).map(|c| e - p - c);
     let itl = g.itl.summary();
     let blackouts = profile.as_ref().and_then(|p| p.up.blackout.or(p.down.blackout)).map(|_| {
         let resumed = g.resume.count();
