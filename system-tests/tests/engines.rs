@@ -40,10 +40,13 @@ fn pool_config(engines: Vec<EngineSpec>) -> PoolConfig {
     }
 }
 
-/// A gateway in this process over `engines`, checked against the LLM's tokenizer.
+/// A gateway in this process over `engines`, checked against the LLM's tokenizer, once every
+/// one of them is in the pool (the gateway itself serves from the first that passes).
 async fn gateway_over(dir: &std::path::Path, pool: PoolConfig) -> Gateway {
     let expected = expected_vocabulary(&tokenizer_path(LLM)).unwrap();
+    let n = pool.engines.len();
     let (pool, facts) = connect(pool, &expected, Duration::from_secs(60)).await.unwrap();
+    assert!(pool.wait_for_workers(n, Duration::from_secs(60)).await, "every engine joins the pool");
     Gateway::start_with_engines(test_config(dir), pool, facts).await.unwrap()
 }
 
