@@ -94,14 +94,14 @@ async fn backend(args: &GatewayArgs) -> anyhow::Result<BackendChoice> {
             let tokenizer = tokenizer_path(model_runtime::model_files::DEFAULT_LLM);
             let config = PoolConfig { engines: engines.clone(), ..PoolConfig::default() };
             let (pool, facts) = connect(config, &expected_vocabulary(&tokenizer)?, Duration::from_secs(120)).await?;
-            BackendChoice::Engines(pool, facts)
+            BackendChoice::Engines(Box::new(pool), facts)
         }
     })
 }
 
 enum BackendChoice {
     Batcher(Box<dyn Backend>),
-    Engines(cloud_gateway::engine::pool::EnginePool, ModelFacts),
+    Engines(Box<cloud_gateway::engine::pool::EnginePool>, ModelFacts),
 }
 
 /// Run `loadtest gateway`: serve until standard input closes (or the process is killed).
@@ -124,7 +124,7 @@ pub fn run(args: GatewayArgs) -> anyhow::Result<()> {
                 let facts = b.facts();
                 (Gateway::start(config, b).await?, facts)
             }
-            BackendChoice::Engines(pool, facts) => (Gateway::start_with_engines(config, pool, facts.clone()).await?, facts),
+            BackendChoice::Engines(pool, facts) => (Gateway::start_with_engines(config, *pool, facts.clone()).await?, facts),
         };
         let info = GatewayInfo {
             quic: gw.local_addr()?,

@@ -103,7 +103,7 @@ pub struct Sample {
 }
 
 impl Sample {
-    fn from_metrics(&mut self, m: &HashMap<String, f64>) {
+    fn set_metrics(&mut self, m: &HashMap<String, f64>) {
         let get = |k: &str| m.get(k).copied().unwrap_or(0.0);
         self.received = get("duet_gateway_escalations_received_total");
         self.answered = get("duet_gateway_escalations_answered_total");
@@ -133,7 +133,7 @@ pub async fn sample(targets: &Targets, t_s: f64) -> Sample {
     if let Some(addr) = targets.metrics {
         match fetch_metrics(addr, Duration::from_secs(2)).await {
             Ok(text) => {
-                s.from_metrics(&parse_metrics(&text));
+                s.set_metrics(&parse_metrics(&text));
                 s.scraped = true;
             }
             Err(e) => tracing::debug!("scraping the gateway: {e}"),
@@ -176,7 +176,7 @@ mod tests {
         assert_eq!(m["duet_gateway_escalations_received_total"], 12.0);
         assert_eq!(m["duet_gateway_connections"], 4950.0);
         let mut s = Sample::default();
-        s.from_metrics(&m);
+        s.set_metrics(&m);
         assert_eq!((s.received, s.busy, s.connections), (12.0, 3.0, 4950.0));
     }
 

@@ -64,8 +64,6 @@ fn nice_step(span: f64, n: f64) -> f64 {
 fn fmt_tick(v: f64) -> String {
     if v == 0.0 {
         "0".into()
-    } else if v.abs() >= 1000.0 {
-        format!("{:.0}", v)
     } else if v.abs() >= 10.0 {
         format!("{:.0}", v)
     } else if v.abs() >= 1.0 {

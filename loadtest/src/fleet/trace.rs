@@ -131,7 +131,8 @@ impl Trace {
             if s.top_probs.iter().any(|p| !(0.0..=1.0).contains(p)) {
                 return Err(format!("session {}: a top probability outside [0, 1]", s.name));
             }
-            if !(s.prefill_ms >= 0.0) || s.step_ms.iter().any(|&t| !(t >= 0.0) || t > 60_000.0) {
+            let sane = |ms: f64| (0.0..=60_000.0).contains(&ms);
+            if !sane(s.prefill_ms) || s.step_ms.iter().any(|&t| !sane(f64::from(t))) {
                 return Err(format!("session {}: a negative or absurd time", s.name));
             }
         }
