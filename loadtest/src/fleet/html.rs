@@ -42,7 +42,8 @@ fn fallback_vs_rtt_chart(r: &RunResult) -> String {
     // All relayed groups together: per RTT bucket, the share of escalations per fallback reason.
     let rows: Vec<Vec<(f64, u64, Vec<u64>)>> = r.env.groups.iter().filter(|g| g.target.is_some()).map(|g| g.stats.by_rtt().into_iter().map(|row| (row.rtt_from_ms, row.escalations, row.by_outcome.iter().map(|o| o.1).collect())).collect()).collect();
     let mut series = Vec::new();
-    for (k, reason) in OUTCOMES.iter().enumerate().skip(1) {
+    // Link-down fallbacks have no RTT (the table counts them): outcomes 1..=4 only.
+    for (k, reason) in OUTCOMES.iter().enumerate().take(OUTCOMES.len() - 1).skip(1) {
         let mut points = Vec::new();
         for (b, upper) in RTT_BUCKETS_MS.iter().enumerate() {
             let (n, c) = rows.iter().fold((0u64, 0u64), |(n, c), g| (n + g[b].1, c + g[b].2[k]));
@@ -57,7 +58,7 @@ fn fallback_vs_rtt_chart(r: &RunResult) -> String {
             series.push(Series { name: reason.to_string(), points, dashed: false });
         }
     }
-    line_chart(&Chart { title: "Fallback rate by reason vs the device's RTT when it escalated".into(), x_label: "smoothed RTT, ms (bucket)".into(), y_label: "share of escalations".into(), log_x: true, series, ..Chart::default() })
+    line_chart(&Chart { title: "Fallback rate by reason vs the device's RTT when it escalated (link down: no RTT)".into(), x_label: "smoothed RTT, ms (bucket)".into(), y_label: "share of escalations".into(), log_x: true, series, ..Chart::default() })
 }
 
 fn gateway_charts(r: &RunResult, out: &mut String) {
