@@ -20,7 +20,7 @@ use model_runtime::model_files::{ModelFiles, DEFAULT_SLM};
 use serde::Serialize;
 
 use crate::fixed_backend::FixedCostBackend;
-use crate::stats::percentile;
+use crate::stats::{percentile, process_cpu_s};
 
 /// Options of `loadtest gateway-latency`.
 #[derive(Debug, Args)]
@@ -66,6 +66,9 @@ struct Report {
     added_over_backend_p50_ms: f64,
     added_over_backend_p99_ms: f64,
     escalations_per_s: f64,
+    /// CPU time of this process (devices, gateway, trace exporter) per escalation, µs, from the
+    /// first escalation to the last span exported; the receiver's decoding is taken out.
+    cpu_us_per_escalation: f64,
     avg_escalation_frame_bytes_after_first: f64,
     /// The share of escalations sent with a trace context (`--trace-sample`), if tracing.
     trace_sample: Option<f32>,
@@ -137,6 +140,7 @@ pub fn run(args: LatencyArgs) -> anyhow::Result<()> {
             links.push(Arc::new(link));
         }
         let started = Instant::now();
+        let cpu_started = process_cpu_s();
         let mut tasks = Vec::new();
         for (d, link) in links.iter().enumerate() {
             for s in 0..args.sessions {
@@ -205,6 +209,7 @@ pub fn run(args: LatencyArgs) -> anyhow::Result<()> {
             added_over_backend_p50_ms: percentile(&mut lat, 0.5) - cost,
             added_over_backend_p99_ms: percentile(&mut lat, 0.99) - cost,
             escalations_per_s: lat.len() as f64 / elapsed,
+            cpu_us_per_escalation: 0.0, // once the spans are exported, below
             avg_escalation_frame_bytes_after_first: bytes.iter().sum::<f64>() / bytes.len().max(1) as f64,
             trace_sample: sample,
             traced_escalations: traced,
@@ -215,20 +220,23 @@ pub fn run(args: LatencyArgs) -> anyhow::Result<()> {
             export_bytes: 0,
         };
         gw.shutdown().await;
-        anyhow::Ok(report)
+        anyhow::Ok((report, cpu_started))
     });
     drop(rt);
-    let mut report = result?;
+    let (mut report, cpu_started) = result?;
     if let Some(mut t) = telemetry {
         t.shutdown(); // the last batch reaches the receiver before it is read
     }
+    let mut cpu_s = process_cpu_s() - cpu_started;
     if let Some(sink) = &sink {
         let got = sink.received();
+        cpu_s -= got.decode_s;
         report.gateway_escalation_spans = got.spans.get("gateway.escalation").copied().unwrap_or(0);
         report.spans_exported = got.spans.values().sum();
         report.spans_by_name = got.spans.into_iter().collect();
         (report.export_requests, report.export_bytes) = (got.requests, got.bytes);
     }
+    report.cpu_us_per_escalation = cpu_s * 1e6 / report.escalations.max(1) as f64;
     if let Some((stop, thread)) = sink_thread {
         let _ = stop.send(());
         let _ = thread.join();

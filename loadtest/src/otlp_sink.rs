@@ -21,6 +21,8 @@ pub struct Received {
     pub bytes: usize,
     /// Spans, by name.
     pub spans: HashMap<String, usize>,
+    /// Time spent decoding and counting them, s (the receiver's work, not the sender's).
+    pub decode_s: f64,
 }
 
 /// A running sink (stops when dropped).
@@ -46,6 +48,7 @@ impl OtlpSink {
             async move {
                 let answer = |status, body| (status, [(header::CONTENT_TYPE, "application/x-protobuf")], body);
                 let len = body.len();
+                let started = std::time::Instant::now();
                 let Ok(request) = ExportTraceServiceRequest::decode(body) else { return answer(StatusCode::BAD_REQUEST, Vec::new()) };
                 let mut r = received.lock().unwrap_or_else(|e| e.into_inner());
                 r.requests += 1;
@@ -53,6 +56,7 @@ impl OtlpSink {
                 for span in request.resource_spans.iter().flat_map(|rs| &rs.scope_spans).flat_map(|ss| &ss.spans) {
                     *r.spans.entry(span.name.clone()).or_default() += 1;
                 }
+                r.decode_s += started.elapsed().as_secs_f64();
                 answer(StatusCode::OK, ExportTraceServiceResponse::default().encode_to_vec())
             }
         };

@@ -250,14 +250,20 @@ fn escalation_span(frame: &Frame, trace: Option<&TraceContext>, device: &str, re
     let sync = if matches!(context, ContextSync::Full { .. }) { "full" } else { "delta" };
     let span = tracing::info_span!(
         target: TRACE_TARGET, parent: None, "gateway.escalation",
-        otel.kind = "server", device, session = session_id, seq, sync, tokens = context.tokens().len(), deadline_ms,
-        traced = trace.is_some(), read_decode_us = received.elapsed().as_micros() as u64, outcome = Empty,
+        otel.kind = "server", device = Empty, session = Empty, seq = Empty, sync = Empty, tokens = Empty, deadline_ms = Empty,
+        traced = trace.is_some(), read_decode_us = Empty, outcome = Empty,
     );
     if let Some(tc) = trace {
         common::trace::set_remote_parent(&span, tc);
     }
-    // Not sampled: no span at all from here on (its stages would cost without being exported).
-    common::trace::keep_if_sampled(span)
+    // Not sampled: no span at all from here on (its stages and attributes would cost without
+    // being exported).
+    let span = common::trace::keep_if_sampled(span);
+    if !span.is_disabled() {
+        span.record("device", device).record("session", session_id).record("seq", seq).record("sync", sync);
+        span.record("tokens", context.tokens().len()).record("deadline_ms", deadline_ms).record("read_decode_us", received.elapsed().as_micros() as u64);
+    }
+    span
 }
 
 /// A child span of `parent` made by `make`, or none when `parent` is none (not an escalation,
