@@ -195,6 +195,55 @@ mod tests {
         assert!(e.is_retryable());
     }
 
+    /// An engine that records each request's `traceparent` header and answers nonsense.
+    async fn recording_engine() -> (EngineSpec, std::sync::Arc<std::sync::Mutex<Vec<Option<String>>>>) {
+        let seen: std::sync::Arc<std::sync::Mutex<Vec<Option<String>>>> = Default::default();
+        let s = seen.clone();
+        let app = axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
+            let s = s.clone();
+            async move {
+                s.lock().unwrap().push(headers.get("traceparent").and_then(|v| v.to_str().ok()).map(String::from));
+                "{}"
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let spec = format!("llamacpp=http://{}", listener.local_addr().unwrap()).parse().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (spec, seen)
+    }
+
+    #[tokio::test]
+    async fn a_traced_engine_request_sends_its_traceparent_and_an_untraced_one_sends_none() {
+        use opentelemetry::trace::TracerProvider as _;
+        use tracing::instrument::WithSubscriber;
+        use tracing_subscriber::layer::SubscriberExt;
+
+        let (spec, seen) = recording_engine().await;
+        let client = EngineClient::new(&spec, std::sync::Arc::new(crate::engine::llamacpp::LlamaCppDialect)).unwrap();
+        let sampling = common::sampling::SamplingParams::default();
+        let request = NextTokenRequest { context: &[1, 2, 3], sampling: &sampling, seed: None, max_new_tokens: 1, top_logprobs: 0, slot: None };
+        let timeout = Duration::from_secs(5);
+        // Tracing off: no header (the nonsense answer is a parse error either way).
+        assert!(client.next_token(&request, timeout).await.is_err());
+        // Under an escalation's `backend` span, traced and sampled.
+        let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
+        let subscriber = tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+        async {
+            let backend = tracing::info_span!(target: common::telemetry::TRACE_TARGET, "backend");
+            let _ = client.next_token(&request, timeout).instrument(backend).await;
+        }
+        .with_subscriber(subscriber)
+        .await;
+        provider.force_flush().unwrap();
+        let spans = exporter.get_finished_spans().unwrap();
+        let call = spans.iter().find(|s| s.name == "engine_request").expect("an engine_request span");
+        let backend = spans.iter().find(|s| s.name == "backend").unwrap();
+        assert_eq!(call.parent_span_id, backend.span_context.span_id());
+        let expected = format!("00-{}-{}-01", call.span_context.trace_id(), call.span_context.span_id());
+        assert_eq!(*seen.lock().unwrap(), vec![None, Some(expected)]);
+    }
+
     #[test]
     fn a_pinned_client_is_labelled_by_its_address_and_keeps_the_name_in_its_url() {
         let spec: EngineSpec = "llamacpp=http://llama.duet.svc:8080".parse().unwrap();
