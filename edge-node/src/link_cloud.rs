@@ -77,10 +77,10 @@ impl<'a> LinkCloud<'a> {
 
 impl Cloud for LinkCloud<'_> {
     fn start(&mut self, prompt: &[u32]) {
+        self.generation.record("prompt_tokens", prompt.len());
         if !self.presync {
             return;
         }
-        self.generation.record("prompt_tokens", prompt.len());
         let Some((t, report)) = self.session.presync(prompt, self.link.view(), Instant::now()) else { return };
         // Nobody waits for the answer (an LLM token nobody needs), but the work must not be
         // cancelled, and its service time is a whole prefill's cost: learn it whenever it comes.
