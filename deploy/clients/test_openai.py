@@ -179,7 +179,7 @@ class RoutedServer(unittest.TestCase):
         cls.dir.cleanup()
 
     def test_routed_usage_counts_escalated_tokens_answered_by_the_cloud(self):
-        r = self.client.chat.completions.create(model="duet", messages=PROMPT, temperature=0, max_tokens=24, extra_body={"duet": {"tau": 0.9}})
+        r = self.client.chat.completions.create(model="duet", messages=PROMPT, temperature=0, max_tokens=24, extra_body={"duet": {"escalation_rate": 0.5}})
         d = r.model_extra["duet"]
         self.assertEqual(d["mode"], "routed")
         self.assertGreater(d["escalated"], 0)
