@@ -18,9 +18,11 @@ use std::time::{Duration, Instant};
 /// Deadline and degradation settings.
 #[derive(Debug, Clone, Copy)]
 pub struct DeadlinePolicy {
-    /// RTT multiplier.
+    /// RTT multiplier: 3, not 2, so that one lost packet of the exchange (recovered after
+    /// QUIC's probe timeout, about one more RTT) still makes its deadline; at 2 the fleet saw
+    /// 4–6 % timeouts on every lossy profile (BENCHMARKS.md, "Fleet load test").
     pub k: f64,
-    /// Shortest deadline.
+    /// Shortest deadline: a scheduling hiccup on either end must not cost a fallback.
     pub min: Duration,
     /// Longest deadline (the most one token may ever wait).
     pub max: Duration,
@@ -32,20 +34,22 @@ pub struct DeadlinePolicy {
     pub failures_to_degrade: u32,
     /// First local-only period; doubles while probes keep failing, up to `max_backoff`.
     pub backoff: Duration,
-    /// Longest local-only period.
+    /// Longest local-only period. Short (2 s) because a device must come back soon after its
+    /// link does (a blackout's end, a restarted gateway); what a probe costs while the link is
+    /// still bad is one escalation waiting out its deadline per period.
     pub max_backoff: Duration,
 }
 
 impl Default for DeadlinePolicy {
     fn default() -> Self {
         Self {
-            k: 2.0,
-            min: Duration::from_millis(30),
+            k: 3.0,
+            min: Duration::from_millis(50),
             max: Duration::from_millis(1500),
             per_token: Duration::from_millis(25),
             failures_to_degrade: 3,
             backoff: Duration::from_millis(500),
-            max_backoff: Duration::from_secs(15),
+            max_backoff: Duration::from_secs(2),
         }
     }
 }
@@ -261,6 +265,17 @@ impl LinkHealth {
         false
     }
 
+    /// The gateway answered `Busy` and asked for no escalation for `retry_after`: stay
+    /// local-only that long (at most the policy's `max_backoff`; a gateway's hint cannot park a
+    /// device longer), so a loaded gateway sheds its fleet's load at once instead of after
+    /// `failures_to_degrade` refusals. Not a failure of the link: no back-off growth.
+    pub fn busy(&mut self, now: Instant, retry_after: Duration) {
+        let pause = retry_after.min(self.policy.max_backoff);
+        if !pause.is_zero() {
+            self.local_until = Some(self.local_until.map_or(now + pause, |t| t.max(now + pause)));
+        }
+    }
+
     /// The link is up on connection `generation`. A new connection starts afresh: its
     /// handshake just proved the gateway reachable, so any local-only period ends. Returns
     /// whether the connection is new to this health.
@@ -289,9 +304,45 @@ mod tests {
     fn deadline_is_clamped() {
         let p = DeadlinePolicy::default();
         assert_eq!(p.deadline(Duration::from_millis(1), Duration::ZERO, 0), p.min);
-        assert_eq!(p.deadline(Duration::from_millis(100), Duration::from_millis(50), 0), Duration::from_millis(250));
-        assert_eq!(p.deadline(Duration::from_millis(100), Duration::from_millis(50), 4), Duration::from_millis(350));
+        assert_eq!(p.deadline(Duration::from_millis(100), Duration::from_millis(50), 0), Duration::from_millis(350));
+        assert_eq!(p.deadline(Duration::from_millis(100), Duration::from_millis(50), 4), Duration::from_millis(450));
         assert_eq!(p.deadline(Duration::from_secs(10), Duration::ZERO, 1), p.max);
+    }
+
+    #[test]
+    fn busy_parks_the_device_for_the_gateways_hint_at_most_the_longest_backoff() {
+        let p = DeadlinePolicy::default();
+        let mut h = LinkHealth::new(p, Duration::from_millis(10));
+        let t0 = Instant::now();
+        h.busy(t0, Duration::from_millis(300));
+        assert!(!h.may_escalate(t0 + Duration::from_millis(299)), "one Busy is enough to back off");
+        assert!(h.may_escalate(t0 + Duration::from_millis(300)));
+        h.busy(t0, Duration::from_secs(3600));
+        assert!(h.may_escalate(t0 + p.max_backoff), "a hint cannot park a device beyond max_backoff");
+        h.busy(t0, Duration::ZERO);
+        assert!(h.may_escalate(t0 + p.max_backoff));
+    }
+
+    #[test]
+    fn a_blackout_costs_at_most_the_longest_backoff_after_it_ends() {
+        let p = DeadlinePolicy::default();
+        let mut h = LinkHealth::new(p, Duration::from_millis(10));
+        let mut now = Instant::now();
+        let end = now + Duration::from_secs(30);
+        // Every escalation tried during the blackout times out after its deadline.
+        while now < end {
+            if h.may_escalate(now) {
+                now += h.deadline(Duration::from_millis(100), 1);
+                h.timeout(now);
+            } else {
+                now += Duration::from_millis(10);
+            }
+        }
+        let mut first_try = now;
+        while !h.may_escalate(first_try) {
+            first_try += Duration::from_millis(10);
+        }
+        assert!(first_try - end <= p.max_backoff, "the first escalation after the blackout came {:?} after it", first_try - end);
     }
 
     #[test]

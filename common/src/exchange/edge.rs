@@ -19,18 +19,22 @@
 //! as usual, and the next one is a `Full` sync for the new replica, sent once it is welcomed
 //! (within that escalation's deadline). Nothing falls back and nothing is applied out of order.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use super::deadline::{LinkHealth, PrefillReport};
-use crate::protocol::{encode_frame, ContextSync, ContextTracker, Frame, Inserted, ReorderBuffer, WireSampling, MAX_DEADLINE_MS};
+use crate::protocol::{encode_frame, ContextSync, ContextTracker, ErrorCode, Frame, Inserted, ReorderBuffer, WireSampling, MAX_DEADLINE_MS};
 
 /// How many unresolved seqs a session may have at once (only one escalation waits at a time;
 /// the rest is headroom for pre-syncs and resends resolved out of band).
 const REPLY_WINDOW: usize = 64;
-/// Shortest wait for a liveness probe after the link degrades.
-const MIN_PROBE_TIMEOUT: Duration = Duration::from_millis(300);
+/// Shortest wait for a liveness probe after the link degrades. At 300 ms the fleet test saw
+/// probes close connections that were only slow (a loaded gateway, a busy device core): each a
+/// reconnect and a `Full` resync, a storm at 5,000 devices. A second is long for a `Ping`
+/// served without the LLM, and short next to QUIC's idle timeout.
+const MIN_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// What the device knows about its link when it decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,6 +123,17 @@ pub struct ExchangeCounters {
     pub context_missing: usize,
     /// Replies dropped as stale or duplicated.
     pub stale_replies: usize,
+    /// Times the session continued under a new id after `OutOfOrder`/`Replayed`.
+    pub renewed_session_ids: usize,
+}
+
+/// Next session id of this process. Small on purpose: bincode spends 1 byte on values below
+/// 251 and 9 on a random u64, and session ids ride in every escalation. A restarted process
+/// starts again at 1; a gateway still holding an old session of that id answers `OutOfOrder`,
+/// and the session moves to a fresh id ([`EdgeSession`] does that on its own).
+pub fn next_session_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// The escalation being waited for.
@@ -344,9 +359,23 @@ impl EdgeSession {
                 }
                 self.send(context, now)
             }
-            Frame::Busy { .. } => {
+            Frame::Busy { retry_after_ms, .. } => {
                 self.tracker.acknowledge(seq);
-                self.fall_back(FallbackReason::Busy, now)
+                // The gateway's load hint: stay local-only as long as it asks (bounded), so a
+                // loaded gateway sheds load at once. It answered, so the link is fine: no probe.
+                self.health.busy(now, Duration::from_millis(u64::from(retry_after_ms)));
+                self.resolve(FallbackReason::Busy, now);
+                Step::Done(Outcome::Fallback { reason: FallbackReason::Busy, probe: None })
+            }
+            Frame::Error { code: ErrorCode::OutOfOrder | ErrorCode::Replayed, .. } if w.resends == 0 => {
+                // The gateway holds this session id with later seqs than ours: another process
+                // of this device used it (a restart reuses small ids) until it expires there.
+                // Carry on under a fresh id, with a `Full` sync, within the same deadline.
+                self.renew_session_id();
+                if let Some(w) = self.waiting.as_mut() {
+                    w.resends += 1;
+                }
+                self.send(context, now)
             }
             other => {
                 tracing::debug!(reply = ?other, "escalation answered with an error");
@@ -373,15 +402,36 @@ impl EdgeSession {
 
     /// Resolve the waiting escalation with the SLM's token, and learn from the failure.
     fn fall_back(&mut self, reason: FallbackReason, now: Instant) -> Step {
-        let Some(w) = self.waiting.take() else { return Step::Wait };
-        let _ = self.replies.mark_resolved(w.seq);
-        tracing::debug!(?reason, waited_ms = now.saturating_duration_since(w.started).as_millis() as u64, budget_ms = w.budget.as_millis() as u64, sent = w.sent, "escalation fell back");
+        let Some(w) = self.resolve(reason, now) else { return Step::Wait };
         let degraded = match reason {
             FallbackReason::Timeout => self.health.timeout(now),
             _ => self.health.failure(now),
         };
-        let probe = degraded.then(|| w.budget.max(MIN_PROBE_TIMEOUT));
+        // Only silence calls the gateway's liveness into question: after an answer (an error)
+        // it is alive, and a probe could only close a working connection.
+        let silent = matches!(reason, FallbackReason::Timeout | FallbackReason::Transport);
+        let probe = (degraded && silent).then(|| w.budget.max(MIN_PROBE_TIMEOUT));
         Step::Done(Outcome::Fallback { reason, probe })
+    }
+
+    /// Stop waiting for the current escalation (its reply, if one comes, is dropped).
+    fn resolve(&mut self, reason: FallbackReason, now: Instant) -> Option<Waiting> {
+        let w = self.waiting.take()?;
+        let _ = self.replies.mark_resolved(w.seq);
+        tracing::debug!(?reason, waited_ms = now.saturating_duration_since(w.started).as_millis() as u64, budget_ms = w.budget.as_millis() as u64, sent = w.sent, "escalation fell back");
+        Some(w)
+    }
+
+    /// Continue under a new session id: the gateway's copy of the old one is unusable (its seqs
+    /// are ahead of ours) and expires there. Everything about the old id is forgotten.
+    fn renew_session_id(&mut self) {
+        let old = self.session_id;
+        self.session_id = next_session_id();
+        self.tracker = ContextTracker::new();
+        self.replies = ReorderBuffer::new(0, REPLY_WINDOW);
+        self.presync = None;
+        self.counters.renewed_session_ids += 1;
+        tracing::info!(old, new = self.session_id, "the gateway holds this session id with later seqs (another process used it): continuing under a new id");
     }
 
     /// The session is over: the frame that frees the gateway's copy of its context at once

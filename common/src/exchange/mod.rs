@@ -21,7 +21,7 @@ mod tests;
 pub use deadline::{DeadlinePolicy, LinkHealth, PrefillReport};
 pub use drain::{Drain, DrainStep, Live};
 pub use failover::Failover;
-pub use edge::{EdgeSession, ExchangeCounters, FallbackReason, LinkView, Outcome, Step, Transmit};
+pub use edge::{next_session_id, EdgeSession, ExchangeCounters, FallbackReason, LinkView, Outcome, Step, Transmit};
 
 /// Compare secrets in time independent of where they differ.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

@@ -182,9 +182,11 @@ fn busy_falls_back_at_once_and_the_next_escalation_stays_a_delta() {
     let Request::Escalate { seq, context, .. } = gateway::classify(decode_frame(&t.bytes, MAX), &ValidationLimits::default()) else { panic!() };
     p.gateway.apply(seq, &context, 4096).unwrap();
     let busy = gateway::reply(1, seq, EscalationOutcome::Busy { retry_after_ms: 40 });
-    assert_eq!(fallback(p.edge.on_reply(busy, &ctx, p.now)), (FallbackReason::Busy, None));
+    assert_eq!(fallback(p.edge.on_reply(busy, &ctx, p.now)), (FallbackReason::Busy, None), "the gateway answered: no liveness probe");
     let mut ctx2 = ctx.clone();
     ctx2.push(5);
+    assert_eq!(fallback(p.edge.escalate(&ctx2, up(1), p.now)).0, FallbackReason::Degraded, "the load hint is honoured: local-only for 40 ms");
+    p.advance(Duration::from_millis(40));
     let step = p.edge.escalate(&ctx2, up(1), p.now);
     assert!(!Pair::sent(&step).full, "Busy acknowledges the sync");
     assert_eq!(cloud_token(p.answer(Pair::sent(&step), &ctx2)), llm(&ctx2));
@@ -301,6 +303,44 @@ fn the_gateway_refuses_replayed_and_stale_escalations() {
     assert!(matches!(p.serve(&newer), Frame::Token { .. }));
     // The older request arrives after the newer one.
     assert!(matches!(p.serve(&t), Frame::Error { code: ErrorCode::OutOfOrder, .. }));
+}
+
+#[test]
+fn out_of_order_from_a_session_id_another_process_used_moves_the_session_to_a_fresh_id_within_the_deadline() {
+    let mut p = Pair::new();
+    let ctx: Vec<u32> = (1..9).collect();
+    // The gateway still holds session 1 from this device's previous process, at seq 5.
+    let mut stale = SessionContext::new();
+    stale.apply(5, &ContextSync::Full { tokens: vec![9, 9].into() }, 4096).unwrap();
+    let step = p.edge.escalate(&ctx, up(1), p.now);
+    let t = Pair::sent(&step).clone();
+    let Request::Escalate { session_id, seq, context, .. } = gateway::classify(decode_frame(&t.bytes, MAX), &ValidationLimits::default()) else { panic!() };
+    assert_eq!(session_id, 1);
+    let refused = gateway::reply(session_id, seq, EscalationOutcome::Context(stale.apply(seq, &context, 4096).unwrap_err()));
+    assert!(matches!(refused, Frame::Error { code: ErrorCode::OutOfOrder, .. }), "{refused:?}");
+    let step = p.edge.on_reply(refused, &ctx, p.now);
+    let resent = Pair::sent(&step).clone();
+    assert!(resent.full, "the new id starts with a Full sync");
+    assert_eq!(resent.deadline, t.deadline, "within the same deadline");
+    let Frame::Escalate { session_id: new_id, .. } = decoded(&resent) else { panic!() };
+    assert_ne!(new_id, 1);
+    assert_eq!(p.edge.session_id(), new_id);
+    assert_eq!(cloud_token(p.answer(&resent, &ctx)), llm(&ctx), "served under the new id");
+    assert_eq!(p.edge.counters().renewed_session_ids, 1);
+}
+
+#[test]
+fn a_second_out_of_order_for_one_token_falls_back_instead_of_looping() {
+    let mut p = Pair::new();
+    let ctx: Vec<u32> = (1..9).collect();
+    let step = p.edge.escalate(&ctx, up(1), p.now);
+    let t = Pair::sent(&step).clone();
+    let refusal = |sid: u64, seq: u32| Frame::Error { session_id: Some(sid), seq: Some(seq), code: ErrorCode::OutOfOrder, message: "stale".into() };
+    let Frame::Escalate { seq, .. } = decoded(&t) else { panic!() };
+    let step = p.edge.on_reply(refusal(1, seq), &ctx, p.now);
+    let resent = Pair::sent(&step).clone();
+    let Frame::Escalate { session_id, seq, .. } = decoded(&resent) else { panic!() };
+    assert_eq!(fallback(p.edge.on_reply(refusal(session_id, seq), &ctx, p.now)).0, FallbackReason::GatewayError);
 }
 
 #[test]
@@ -427,6 +467,9 @@ fn the_handshake_refuses_each_bad_hello_with_a_reason_the_device_can_act_on() {
     assert_eq!(refuse(Ok(hello(PROTOCOL_VERSION, "sesame", &"ab".repeat(32), "d"))), RejectReason::TokenizerMismatch { expected: FP.into() });
     assert!(matches!(refuse(Ok(hello(PROTOCOL_VERSION, "sesame", FP, ""))), RejectReason::Other(_)));
     assert!(matches!(refuse(Ok(hello(PROTOCOL_VERSION, "sesame", FP, &"x".repeat(300)))), RejectReason::Other(_)));
+    // Control characters in an id would forge log lines: refused, and not echoed back.
+    let forged = refuse(Ok(hello(PROTOCOL_VERSION, "sesame", FP, "a\nINFO device b welcomed")));
+    assert!(matches!(&forged, RejectReason::Other(m) if m.contains("control character") && !m.contains('\n')), "{forged:?}");
     assert!(matches!(refuse(Ok(Frame::Ping { nonce: 1 })), RejectReason::Other(m) if m.contains("Hello")));
     assert!(matches!(refuse(decode_frame(&[1, 0, 0, 0, 200], MAX)), RejectReason::Other(m) if m.contains("malformed")));
     let r = gateway::overloaded();

@@ -100,7 +100,7 @@ pub struct FleetArgs {
     #[command(flatten)]
     pub gateway: GatewayArgs,
     /// Shortest wait for a cloud token, ms.
-    #[arg(long, env = "DUET_FLEET_DEADLINE_MIN_MS", default_value_t = 30)]
+    #[arg(long, env = "DUET_FLEET_DEADLINE_MIN_MS", default_value_t = 50)]
     pub deadline_min_ms: u64,
     /// Longest wait for a cloud token, ms (the edge's default).
     #[arg(long, env = "DUET_FLEET_DEADLINE_MAX_MS", default_value_t = 3000)]
