@@ -82,7 +82,7 @@ pub struct CloudArgs {
     #[arg(long, env = "DUET_CONNECT_WAIT_MS", default_value_t = 3000)]
     pub connect_wait_ms: u64,
     /// Shortest wait for a cloud token, ms.
-    #[arg(long, env = "DUET_DEADLINE_MIN_MS", default_value_t = 30)]
+    #[arg(long, env = "DUET_DEADLINE_MIN_MS", default_value_t = 50)]
     pub deadline_min_ms: u64,
     /// Longest wait for a cloud token, ms: past it the SLM's token is used.
     #[arg(long, env = "DUET_DEADLINE_MAX_MS", default_value_t = 3000)]

@@ -57,14 +57,14 @@ pub struct LinkConfig {
     pub slm_id: String,
     /// First reconnect delay; doubles up to `backoff_max`, with jitter.
     pub backoff_min: Duration,
-    /// Longest reconnect delay.
+    /// Longest reconnect delay: what a device may lose after its gateway is back (2 s).
     pub backoff_max: Duration,
 }
 
 impl LinkConfig {
     /// A device `device_id` reaching `gateway` (trusting `ca_cert`) with the tokenizer whose
     /// fingerprint is given; the rest at the defaults a device on loopback or a LAN wants (TLS
-    /// name `localhost`, no shared secret, reconnect back-off from 100 ms up to 5 s).
+    /// name `localhost`, no shared secret, reconnect back-off from 100 ms up to 2 s).
     pub fn new(gateway: impl Into<String>, ca_cert: Option<PathBuf>, device_id: impl Into<String>, tokenizer_fingerprint: impl Into<String>) -> Self {
         Self {
             gateway: gateway.into(),
@@ -76,7 +76,7 @@ impl LinkConfig {
             tokenizer_fingerprint: tokenizer_fingerprint.into(),
             slm_id: String::new(),
             backoff_min: Duration::from_millis(100),
-            backoff_max: Duration::from_secs(5),
+            backoff_max: Duration::from_secs(2),
         }
     }
 }
@@ -314,18 +314,24 @@ impl Link {
 
 impl Link {
     /// Check in the background that the gateway still answers (a `Ping`, served without the
-    /// LLM, so a slow backend does not count); if it does not within `timeout`, close the
-    /// connection so the link reconnects at once. A gateway killed without closing its
-    /// connections is otherwise noticed only at the QUIC idle timeout.
+    /// LLM, so a slow backend does not count); if no `Pong` comes within `timeout` *and* the
+    /// gateway sent nothing at all meanwhile, close the connection so the link reconnects at
+    /// once. A gateway killed without closing its connections is otherwise noticed only at the
+    /// QUIC idle timeout; one that still sends (acknowledgements, other answers) is slow, not
+    /// gone, and a reconnect would only add a handshake and a `Full` resync to its load.
     pub fn probe(&self, timeout: Duration) {
         let link = self.clone();
         tokio::spawn(async move {
             let LinkState::Up(c) = link.state() else { return };
             let nonce = rand::rng().random::<u64>();
+            let heard_before = c.conn.stats().udp_rx.datagrams;
             match link.request(&Frame::Ping { nonce }, Instant::now() + timeout).await {
                 Ok((Frame::Pong { nonce: n }, _)) if n == nonce => {}
+                _ if c.conn.stats().udp_rx.datagrams > heard_before => {
+                    tracing::debug!("gateway slow to answer a ping, but not silent: keeping the connection");
+                }
                 other => {
-                    tracing::warn!(?other, "gateway did not answer a ping; reconnecting");
+                    tracing::warn!(?other, "gateway silent for {timeout:?}; reconnecting");
                     c.conn.close(2u32.into(), b"unresponsive");
                 }
             }
@@ -383,11 +389,17 @@ async fn connect(client: &quinn::ClientConfig, addr: SocketAddr, cfg: &LinkConfi
     }
 }
 
+/// How long one connection attempt may take. Short, because an attempt begun during a
+/// blackout retransmits its Initial at ever longer intervals (QUIC's probe timeout doubles):
+/// a fresh attempt after a short back-off reaches a gateway back from a blackout sooner than
+/// the old attempt's next retransmission would.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// Connect and handshake once.
 async fn connect_once(client: &quinn::ClientConfig, addr: SocketAddr, cfg: &LinkConfig, version: u16, generation: u64) -> Result<Connected, Attempt> {
     let endpoint = client_endpoint(client, addr)?;
     let connecting = endpoint.connect(addr, &cfg.server_name).map_err(|e| Attempt::Failed(e.to_string()))?;
-    let conn = tokio::time::timeout(Duration::from_secs(5), connecting)
+    let conn = tokio::time::timeout(CONNECT_TIMEOUT, connecting)
         .await
         .map_err(|_| Attempt::Failed("connect timed out".to_string()))?
         .map_err(|e| Attempt::Failed(e.to_string()))?;
@@ -585,9 +597,4 @@ async fn sleep_jittered(wait: Duration) {
     tokio::time::sleep(wait.mul_f64(jitter)).await;
 }
 
-/// Next session id of this device. Small on purpose: bincode spends 1 byte on values below
-/// 251 and 9 on a random u64, and session ids ride in every escalation.
-pub fn next_session_id() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
+pub use common::exchange::next_session_id;
