@@ -8,6 +8,7 @@
 # router. Prints a markdown table (BENCHMARKS.md quotes it) and writes every run's --json.
 #
 #   deploy/bench/speculation.sh                      # RTTS="0 20 50 100" ITEMS=4 WINDOW=8
+#   RTTS=50 WINDOW=32 deploy/bench/speculation.sh   # one RTT, another window
 #   CHECK_ITEMS=100 deploy/bench/speculation.sh      # also: served CommonsenseQA, long deadlines,
 #                                                    # texts with and without speculation compared
 set -euo pipefail
@@ -24,8 +25,13 @@ CHECK_ITEMS="${CHECK_ITEMS:-0}"
 out="${OUT:-$DUET_HOME/bench/speculation}"
 mkdir -p "$out"
 rm -f "$out"/*.json
-cargo build --release --locked -q -p edge-node -p cloud-gateway -p loadtest -p router-lab
-bin=./target/release
+# BIN=dir runs binaries built earlier (e.g. copied out of target/release) instead of building.
+if [ -n "${BIN:-}" ]; then
+  bin="$BIN"
+else
+  cargo build --release --locked -q -p edge-node -p cloud-gateway -p loadtest -p router-lab
+  bin=./target/release
+fi
 say() { echo "[speculation] $*" >&2; }
 
 # One profile per round-trip time: half of it each way, +-10 % jitter without reordering.
