@@ -24,7 +24,7 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -183,6 +183,8 @@ pub struct Link {
 }
 
 struct LinkTask(tokio::task::JoinHandle<()>);
+    /// A liveness probe is in flight: every silent fallback asks for one, one at a time runs.
+    probing: Arc<AtomicBool>,
 
 impl Drop for LinkTask {
     fn drop(&mut self) {
@@ -197,7 +199,7 @@ impl Link {
         anyhow::ensure!(!gateway_list(&config.gateway).is_empty(), "no gateway address in `{}`", config.gateway);
         let (tx, rx) = watch::channel(LinkState::Connecting);
         let task = tokio::spawn(run_link(client, config, tx));
-        Ok(Self { state: rx, counters: Arc::new(LinkCounters::default()), _task: Arc::new(LinkTask(task)) })
+        Ok(Self { state: rx, counters: Arc::new(LinkCounters::default()), probing: Arc::default(), _task: Arc::new(LinkTask(task)) })
     }
 
     /// The current state.
@@ -322,8 +324,13 @@ impl Link {
     pub fn probe(&self, timeout: Duration) {
         let link = self.clone();
         tokio::spawn(async move {
-            let LinkState::Up(c) = link.state() else { return };
+            let _done = ProbeDone(link.probing.clone());
+    /// At most one probe runs at a time; asking while one runs does nothing.
             let nonce = rand::rng().random::<u64>();
+        let LinkState::Up(c) = self.state() else { return };
+        if self.probing.swap(true, Ordering::AcqRel) {
+            return;
+        }
             let heard_before = c.conn.stats().udp_rx.datagrams;
             match link.request(&Frame::Ping { nonce }, Instant::now() + timeout).await {
                 Ok((Frame::Pong { nonce: n }, _)) if n == nonce => {}
@@ -343,6 +350,15 @@ impl Link {
 const PUSH_MAX_BYTES: usize = 1024;
 const PUSH_READ_WAIT: Duration = Duration::from_secs(2);
 /// After a `GoAway`, how long new requests wait for the next connection before the link falls
+/// Clears the link's probe flag when the probe ends, however it ends.
+struct ProbeDone(Arc<AtomicBool>);
+
+impl Drop for ProbeDone {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
 /// back to the drained one (which still serves) while it keeps trying.
 const MOVE_PATIENCE: Duration = Duration::from_secs(1);
 

@@ -97,7 +97,8 @@ pub enum Outcome {
     Fallback {
         /// Why.
         reason: FallbackReason,
-        /// The link just degraded: check with a ping (this long) that the gateway is alive.
+        /// The gateway was silent (a timeout, a transport error): check with a ping (this
+        /// long) that it is alive.
         probe: Option<Duration>,
     },
 }
@@ -403,14 +404,17 @@ impl EdgeSession {
     /// Resolve the waiting escalation with the SLM's token, and learn from the failure.
     fn fall_back(&mut self, reason: FallbackReason, now: Instant) -> Step {
         let Some(w) = self.resolve(reason, now) else { return Step::Wait };
-        let degraded = match reason {
+        match reason {
             FallbackReason::Timeout => self.health.timeout(now),
             _ => self.health.failure(now),
         };
         // Only silence calls the gateway's liveness into question: after an answer (an error)
-        // it is alive, and a probe could only close a working connection.
+        // it is alive, and a probe could only close a working connection. Every silent
+        // fallback asks (the shell runs one probe at a time), not only the one that degrades:
+        // a device with few hard tokens may never fail three times in a row during a blackout,
+        // and would otherwise sit on a connection stuck in QUIC's growing retransmission timer.
         let silent = matches!(reason, FallbackReason::Timeout | FallbackReason::Transport);
-        let probe = (degraded && silent).then(|| w.budget.max(MIN_PROBE_TIMEOUT));
+        let probe = silent.then(|| w.budget.max(MIN_PROBE_TIMEOUT));
         Step::Done(Outcome::Fallback { reason, probe })
     }
 

@@ -205,6 +205,7 @@ fn timeouts_back_off_then_go_local_only_and_a_probe_is_asked_for() {
         p.now = t.deadline;
         let (reason, pr) = fallback(p.edge.on_timeout(p.now));
         assert_eq!(reason, FallbackReason::Timeout);
+        assert!(pr.is_some_and(|t| t >= Duration::from_secs(1)), "every silent fallback asks for a probe of at least 1 s");
         probe = pr;
     }
     // 2 x 20 ms RTT + service (10 ms, then doubled by each timeout: 30 at the floor, 60) +
