@@ -4,10 +4,12 @@
 //! ends run ([`sampling`]), and the
 //! logging and trace set-up every binary shares ([`telemetry`]; with the `otlp` feature, the
 //! OTLP exporter and [`trace`], between spans and the trace context an escalation carries),
-//! and the `--config FILE` both binaries read ([`config_file`]). The ONNX model runtime is the
-//! `model-runtime` crate; docs/ARCHITECTURE.md shows where each piece sits on the data path.
+//! the `--config FILE` both binaries read ([`config_file`]), and what a device id may be
+//! ([`device_id`]). The ONNX model runtime is the `model-runtime` crate;
+//! docs/ARCHITECTURE.md shows where each piece sits on the data path.
 
 pub mod config_file;
+pub mod device_id;
 pub mod exchange;
 pub mod fingerprint;
 pub mod protocol;

@@ -13,8 +13,8 @@ use crate::protocol::{understands_go_away, CodecError, ContextError, ContextSync
 
 /// How long a device has to send `Hello` after connecting.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-/// Longest accepted `device_id`, in bytes.
-pub const MAX_DEVICE_ID_BYTES: usize = 256;
+/// Longest accepted `device_id`, in bytes (the one rule for device ids: [`crate::device_id`]).
+pub use crate::device_id::MAX_DEVICE_ID_BYTES;
 
 /// What the gateway checks a `Hello` against and announces in `Welcome`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,8 +77,9 @@ pub fn answer_hello(policy: &HandshakePolicy, limits: Limits, hello: Result<Fram
     if tokenizer_fingerprint != policy.tokenizer_fingerprint {
         return Err(Refused::new(RejectReason::TokenizerMismatch { expected: policy.tokenizer_fingerprint.clone() }));
     }
-    if device_id.is_empty() || device_id.len() > MAX_DEVICE_ID_BYTES {
-        return Err(Refused::new(RejectReason::Other(format!("device_id must be 1..={MAX_DEVICE_ID_BYTES} bytes"))));
+    if let Err(e) = crate::device_id::check_device_id(&device_id) {
+        // Said without echoing the id back: it may be the very escape sequence refused.
+        return Err(Refused::new(RejectReason::Other(format!("device_id refused: {e}"))));
     }
     let reply = Frame::Welcome { gateway_id: policy.gateway_id.clone(), llm_id: policy.llm_id.clone(), limits };
     Ok(Welcomed { device_id, slm_id, protocol_version, reply })
@@ -173,6 +174,12 @@ pub enum EscalationOutcome {
         /// The limit.
         limit: usize,
     },
+    /// The gateway holds as many sessions as it may, all devices together: a new session
+    /// waits until others end or expire (or goes to another replica).
+    GatewayFull {
+        /// The gateway's total limit.
+        limit: usize,
+    },
     /// The deadline passed before the backend ran it.
     Expired,
     /// The session ended before the backend ran it.
@@ -196,6 +203,9 @@ pub fn reply(session_id: u64, seq: u32, outcome: EscalationOutcome) -> Frame {
         EscalationOutcome::Context(e) => e.reply(session_id, seq),
         EscalationOutcome::TooManySessions { limit } => {
             error(sid, q, ErrorCode::TooManySessions, format!("too many sessions for this device (limit {limit})"))
+        }
+        EscalationOutcome::GatewayFull { limit } => {
+            error(sid, q, ErrorCode::TooManySessions, format!("the gateway holds its maximum of {limit} sessions: try later or another gateway"))
         }
         EscalationOutcome::Expired => error(sid, q, ErrorCode::DeadlineExpired, "deadline passed in the queue".into()),
         EscalationOutcome::SessionEnded => error(sid, q, ErrorCode::UnknownSession, "the session ended before this escalation ran".into()),
