@@ -32,6 +32,8 @@ use super::trace::{ReplaySlm, Trace};
 const STALL_SLACK_MS: f64 = 250.0;
 /// A device counts towards "resumed after a blackout" when it escalated this soon after it.
 const RESUME_ACTIVE_WITHIN: Duration = Duration::from_millis(500);
+/// The goal: an escalation this long after a blackout's end is served by the cloud again.
+const SERVED_AGAIN_BY: Duration = Duration::from_secs(2);
 
 /// A scheduled blackout of one group's relay: every `every`, from `epoch + first`, for `length`.
 #[derive(Debug, Clone, Copy)]
@@ -315,6 +317,11 @@ fn resumes(g: &GroupStats, schedule: &BlackoutSchedule, outcomes: &[(Instant, bo
         }
         let next_start = windows.get(k + 1).map_or(end, |w| w.0);
         let after: Vec<&(Instant, bool)> = outcomes.iter().filter(|o| o.0 >= over && o.0 < next_start).collect();
+        match after.iter().find(|o| o.0 >= over + SERVED_AGAIN_BY) {
+            Some(o) if o.1 => g.back_by_2s.add(1),
+            Some(_) => g.not_back_by_2s.add(1),
+            None => {}
+        }
         let Some(first) = after.first() else { continue };
         if first.0 > over + RESUME_ACTIVE_WITHIN {
             continue;
@@ -352,5 +359,19 @@ mod tests {
         assert!((g.resume.max() - 900.0).abs() < 1.0);
         // After the second (35 s) the device first escalated a second later: not counted.
         assert_eq!(g.not_resumed.get(), 0);
+        // No escalation 2 s or more after either end (17–30 s, 37–50 s): nothing to count.
+        assert_eq!((g.back_by_2s.get(), g.not_back_by_2s.get()), (0, 0));
+    }
+
+    #[test]
+    fn service_back_by_2s_looks_at_the_first_escalation_2s_after_the_end() {
+        let epoch = Instant::now();
+        let s = BlackoutSchedule { epoch, first: Duration::from_secs(10), every: Duration::from_secs(20), length: Duration::from_secs(5) };
+        let at = |ms: u64| epoch + Duration::from_millis(ms);
+        let g = GroupStats::new("flapping", 60_000);
+        // First blackout ends at 15 s: fallbacks until 16.5 s, then cloud at 17.2 s.
+        let outcomes = vec![(at(15_100), false), (at(16_500), false), (at(17_200), true), (at(18_000), true)];
+        resumes(&g, &s, &outcomes, at(60_000));
+        assert_eq!((g.back_by_2s.get(), g.not_back_by_2s.get()), (1, 0));
     }
 }

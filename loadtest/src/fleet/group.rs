@@ -75,6 +75,11 @@ pub struct GroupStats {
     pub stalls: Count,
     /// Devices that escalated right after a blackout but got no cloud token before the next.
     pub not_resumed: Count,
+    /// Devices whose first escalation 2 s or more after a blackout's end got a cloud token
+    /// (the link was back by then, whatever the device's own gaps between hard tokens).
+    pub back_by_2s: Count,
+    /// Same, but that escalation fell back.
+    pub not_back_by_2s: Count,
     pub pings_lost: Count,
     /// Per RTT bucket × outcome.
     by_rtt: Vec<[Count; 6]>,
@@ -116,6 +121,8 @@ impl GroupStats {
             reconnects: Count::default(),
             stalls: Count::default(),
             not_resumed: Count::default(),
+            back_by_2s: Count::default(),
+            not_back_by_2s: Count::default(),
             pings_lost: Count::default(),
             by_rtt: (0..RTT_BUCKETS_MS.len()).map(|_| Default::default()).collect(),
             tokens_over_time: Timeline::new(span_ms, BIN_MS),

@@ -253,7 +253,7 @@ backend <code>{}</code> ({}); tau {:.4} (trace escalation rate {:.3}); deadline 
         if let Some(b) = &p.blackouts {
             let _ = write!(
                 out,
-                "<p><b>{}</b> blackouts: {} device-blackouts resumed (cloud token after the end: p50 {} ms, p99 {} ms, max {} ms; {:.1} % within 2 s), {} did not resume before the next; longest ITL {} ms (deadline max {} ms), {} stalls.</p>",
+                "<p><b>{}</b> blackouts: {} device-blackouts resumed (cloud token after the end: p50 {} ms, p99 {} ms, max {} ms; {:.1} % within 2 s), {} did not resume before the next; {:.1} % of {} first escalations 2 s or more after the end got a cloud token; longest ITL {} ms (deadline max {} ms), {} stalls.</p>",
                 esc(&p.profile),
                 b.resumed,
                 f(b.resume_ms.p50),
@@ -261,6 +261,8 @@ backend <code>{}</code> ({}); tau {:.4} (trace escalation rate {:.3}); deadline 
                 f(b.resume_ms.max),
                 b.resumed_within_2s * 100.0,
                 b.not_resumed,
+                b.served_2s_after * 100.0,
+                b.served_2s_after_n,
                 f(p.itl_ms.max),
                 rep.deadline_max_ms,
                 p.stalls

@@ -36,8 +36,16 @@ pub struct Blackouts {
     pub not_resumed: u64,
     /// Time from the blackout's end to that cloud token, ms.
     pub resume_ms: Summary,
-    /// Share of those that resumed within 2 s (the goal).
+    /// Share of those that resumed within 2 s. It counts the device's own gaps too: a device
+    /// whose session ended just after the blackout has its next hard token only in its next
+    /// session, seconds later.
     pub resumed_within_2s: f64,
+    /// Of the devices that escalated 2 s or more after a blackout's end (before the next), the
+    /// share whose first such escalation got a cloud token: whether service was back by 2 s
+    /// (the goal), free of the devices' own gaps.
+    pub served_2s_after: f64,
+    /// How many device × blackout pairs `served_2s_after` counts.
+    pub served_2s_after_n: u64,
 }
 
 /// What the devices of one group saw.
@@ -209,7 +217,15 @@ fn group_report(g: &GroupStats, r: &RunResult, local_tps: Option<f64>) -> GroupR
     let itl = g.itl.summary();
     let blackouts = profile.as_ref().and_then(|p| p.up.blackout.or(p.down.blackout)).map(|_| {
         let resumed = g.resume.count();
-        Blackouts { resumed, not_resumed: g.not_resumed.get(), resume_ms: g.resume.summary(), resumed_within_2s: ratio(g.resume.share_at_most(2000.0) * resumed as f64, (resumed + g.not_resumed.get()) as f64) }
+        let (back, not_back) = (g.back_by_2s.get(), g.not_back_by_2s.get());
+        Blackouts {
+            resumed,
+            not_resumed: g.not_resumed.get(),
+            resume_ms: g.resume.summary(),
+            resumed_within_2s: ratio(g.resume.share_at_most(2000.0) * resumed as f64, (resumed + g.not_resumed.get()) as f64),
+            served_2s_after: ratio(back as f64, (back + not_back) as f64),
+            served_2s_after_n: back + not_back,
+        }
     });
     GroupReport {
         profile: g.name.clone(),
