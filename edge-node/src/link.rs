@@ -179,12 +179,12 @@ impl LinkCounters {
 pub struct Link {
     state: watch::Receiver<LinkState>,
     counters: Arc<LinkCounters>,
+    /// A liveness probe is in flight: every silent fallback asks for one, one at a time runs.
+    probing: Arc<AtomicBool>,
     _task: Arc<LinkTask>,
 }
 
 struct LinkTask(tokio::task::JoinHandle<()>);
-    /// A liveness probe is in flight: every silent fallback asks for one, one at a time runs.
-    probing: Arc<AtomicBool>,
 
 impl Drop for LinkTask {
     fn drop(&mut self) {
