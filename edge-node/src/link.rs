@@ -321,16 +321,16 @@ impl Link {
     /// once. A gateway killed without closing its connections is otherwise noticed only at the
     /// QUIC idle timeout; one that still sends (acknowledgements, other answers) is slow, not
     /// gone, and a reconnect would only add a handshake and a `Full` resync to its load.
-    pub fn probe(&self, timeout: Duration) {
-        let link = self.clone();
-        tokio::spawn(async move {
-            let _done = ProbeDone(link.probing.clone());
     /// At most one probe runs at a time; asking while one runs does nothing.
-            let nonce = rand::rng().random::<u64>();
+    pub fn probe(&self, timeout: Duration) {
         let LinkState::Up(c) = self.state() else { return };
         if self.probing.swap(true, Ordering::AcqRel) {
             return;
         }
+        let link = self.clone();
+        tokio::spawn(async move {
+            let _done = ProbeDone(link.probing.clone());
+            let nonce = rand::rng().random::<u64>();
             let heard_before = c.conn.stats().udp_rx.datagrams;
             match link.request(&Frame::Ping { nonce }, Instant::now() + timeout).await {
                 Ok((Frame::Pong { nonce: n }, _)) if n == nonce => {}
@@ -346,10 +346,6 @@ impl Link {
     }
 }
 
-/// Longest frame a gateway pushes (a `GoAway`), and how long reading it may take.
-const PUSH_MAX_BYTES: usize = 1024;
-const PUSH_READ_WAIT: Duration = Duration::from_secs(2);
-/// After a `GoAway`, how long new requests wait for the next connection before the link falls
 /// Clears the link's probe flag when the probe ends, however it ends.
 struct ProbeDone(Arc<AtomicBool>);
 
@@ -359,6 +355,10 @@ impl Drop for ProbeDone {
     }
 }
 
+/// Longest frame a gateway pushes (a `GoAway`), and how long reading it may take.
+const PUSH_MAX_BYTES: usize = 1024;
+const PUSH_READ_WAIT: Duration = Duration::from_secs(2);
+/// After a `GoAway`, how long new requests wait for the next connection before the link falls
 /// back to the drained one (which still serves) while it keeps trying.
 const MOVE_PATIENCE: Duration = Duration::from_secs(1);
 
