@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use crate::backend::{Backend, DelayBackend, EmbeddedBackend, EmbeddedOptions};
-use crate::config::{BatcherConfig, CertSource, GatewayConfig};
+use crate::config::{BatcherConfig, CertSource, GatewayConfig, RateLimit};
 use crate::engine::pool::breaker::BreakerConfig;
 use crate::engine::pool::health::HealthConfig;
 use crate::engine::pool::pick::{PickPolicy, Routing};
@@ -36,7 +36,7 @@ fn default_http_listen() -> String {
 
 /// Duet cloud gateway: batches escalated tokens from many devices into the LLM.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "cloud-gateway", version, about)]
+#[command(name = "cloud-gateway", version, about, after_help = "Fleet identity (CA, device certificates, revocation): cloud-gateway fleet --help")]
 pub struct GatewayArgs {
     /// UDP address for QUIC.
     #[arg(long, env = "DUET_LISTEN", default_value_t = gateway().listen)]
@@ -51,12 +51,33 @@ pub struct GatewayArgs {
     #[arg(long, env = "DUET_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     /// Where to write the self-signed certificate (PEM) for devices' --ca-cert
-    /// [default: $DUET_HOME/gateway-cert.pem].
+    /// [default: $DUET_HOME/gateway-cert.pem]. Its key is kept beside it (gateway-key.pem) and
+    /// both are reused on restart, so devices that pinned it reconnect.
     #[arg(long, env = "DUET_WRITE_CERT")]
     pub write_cert: Option<PathBuf>,
-    /// Shared secret devices must present; unset accepts any device (development only).
+    /// Shared secret devices must present; unset accepts any device. Without --client-ca
+    /// this is a development mode: any device knowing it may claim any device id.
     #[arg(long, env = "DUET_AUTH_TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,
+    /// The fleet CA's certificate (PEM, `cloud-gateway fleet init-ca`): devices must present a
+    /// certificate it issued (mutual TLS), and their id is the certificate's subject common
+    /// name, never what they claim.
+    #[arg(long, env = "DUET_CLIENT_CA")]
+    pub client_ca: Option<PathBuf>,
+    /// Deny list: device ids and serial:HEX certificate serials, one per line
+    /// (`cloud-gateway fleet revoke` appends). Reloaded on change and on SIGHUP; revoked
+    /// devices are refused and disconnected.
+    #[arg(long, env = "DUET_REVOKED_FILE")]
+    pub revoked_file: Option<PathBuf>,
+    /// How often the deny list's file is checked for changes, ms.
+    #[arg(long, env = "DUET_REVOKED_POLL_MS", default_value_t = gateway().revoked_poll.as_millis() as u64)]
+    pub revoked_poll_ms: u64,
+    /// Escalations per second each device may sustain (0 = no limit); beyond it `Busy`.
+    #[arg(long, env = "DUET_DEVICE_RATE_LIMIT", default_value_t = gateway().device_rate.per_second)]
+    pub device_rate_limit: u32,
+    /// Escalations a device may make at once above its rate.
+    #[arg(long, env = "DUET_DEVICE_RATE_BURST", default_value_t = gateway().device_rate.burst)]
+    pub device_rate_burst: u32,
     /// Gateway name announced to devices.
     #[arg(long, env = "DUET_GATEWAY_ID", default_value_t = gateway().gateway_id)]
     pub gateway_id: String,
@@ -223,6 +244,10 @@ impl GatewayArgs {
             http_listen,
             cert,
             auth_token: self.auth_token.clone(),
+            client_ca: self.client_ca.clone(),
+            revoked_file: self.revoked_file.clone(),
+            revoked_poll: Duration::from_millis(self.revoked_poll_ms),
+            device_rate: RateLimit { per_second: self.device_rate_limit, burst: self.device_rate_burst },
             gateway_id: self.gateway_id.clone(),
             max_frame_bytes: self.max_frame_bytes,
             max_sessions_per_device: self.max_sessions_per_device,
@@ -311,6 +336,11 @@ mod tests {
             "--drain-grace-secs=45",
             "--drain-redirect=gw-b:4433",
             "--admin-token=root",
+            "--client-ca=fleet/ca-cert.pem",
+            "--revoked-file=revoked.txt",
+            "--revoked-poll-ms=250",
+            "--device-rate-limit=20",
+            "--device-rate-burst=40",
         ]);
         let c = args.gateway_config().unwrap();
         assert_eq!(c.listen.to_string(), "0.0.0.0:5000");
@@ -320,6 +350,8 @@ mod tests {
         assert_eq!(c.batcher, BatcherConfig { max_batch: 4, max_wait: Duration::from_millis(7), queue_capacity: 9 });
         assert_eq!(c.max_connections, 2);
         assert_eq!((c.drain_grace, c.drain_redirect.as_deref(), c.admin_token.as_deref()), (Duration::from_secs(45), Some("gw-b:4433"), Some("root")));
+        assert_eq!((c.client_ca.as_deref(), c.revoked_file.as_deref()), (Some(std::path::Path::new("fleet/ca-cert.pem")), Some(std::path::Path::new("revoked.txt"))));
+        assert_eq!((c.revoked_poll, c.device_rate), (Duration::from_millis(250), RateLimit { per_second: 20, burst: 40 }));
         assert!(GatewayArgs::parse_from(["cloud-gateway", "--queue-capacity=0"]).gateway_config().is_err());
     }
 

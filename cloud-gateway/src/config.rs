@@ -14,6 +14,8 @@ use std::time::Duration;
 use common::protocol::{DEFAULT_MAX_FRAME_BYTES, HARD_MAX_FRAME_BYTES};
 use model_runtime::model_files::duet_home;
 
+pub use crate::identity::rate::RateLimit;
+
 /// Smallest frame limit a gateway accepts: below it an honest `Escalate` with a short context
 /// would not fit.
 const MIN_FRAME_BYTES: usize = 1024;
@@ -76,6 +78,16 @@ pub struct GatewayConfig {
     pub cert: CertSource,
     /// Shared secret devices present in `Hello`; `None` accepts any device (development only).
     pub auth_token: Option<String>,
+    /// The fleet CA (PEM) that device certificates must chain to: mutual TLS, and the device
+    /// id comes from the certificate. `None`: identity is what `Hello` claims (dev mode).
+    pub client_ca: Option<PathBuf>,
+    /// Deny list of device ids and certificate serials (see [`crate::identity::revoked`]),
+    /// reloaded while running.
+    pub revoked_file: Option<PathBuf>,
+    /// How often the deny list's file is checked for changes (SIGHUP reloads at once).
+    pub revoked_poll: Duration,
+    /// Escalations per second (and burst) each device identity may make; beyond it `Busy`.
+    pub device_rate: RateLimit,
     /// Name announced in `Welcome`, so a device's logs say which gateway answered.
     pub gateway_id: String,
     /// Largest accepted frame payload, bytes; bounds what one stream can make us buffer.
@@ -109,6 +121,10 @@ impl Default for GatewayConfig {
             http_listen: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 9464))),
             cert: CertSource::self_signed_local(),
             auth_token: None,
+            client_ca: None,
+            revoked_file: None,
+            revoked_poll: Duration::from_secs(2),
+            device_rate: RateLimit::default(),
             gateway_id: "duet-gateway".into(),
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             max_sessions_per_device: 64,
@@ -144,6 +160,8 @@ impl GatewayConfig {
         self.max_sessions_per_device = self.max_sessions_per_device.max(1);
         self.max_connections = self.max_connections.max(1);
         self.session_idle = self.session_idle.max(Duration::from_secs(1));
+        self.revoked_poll = self.revoked_poll.max(Duration::from_millis(10));
+        self.device_rate.burst = self.device_rate.burst.max(1);
         Ok(self)
     }
 }

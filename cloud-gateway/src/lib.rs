@@ -7,6 +7,9 @@
 //! backend) → [`backend`] (the LLM). [`state`] is what connections share, [`config`] every
 //! setting, [`server`] wires it all and [`http`] is the operator's side port; [`drain`] takes
 //! the gateway down gracefully; [`cli`] maps the binary's flags onto [`config::GatewayConfig`].
+//! [`identity`] says who a device is (mutual TLS with a fleet CA, or the dev mode's claimed
+//! id), with revocation and a per-device rate limit; [`fleet`] is the operator's admin command
+//! for the CA and device certificates.
 
 pub mod backend;
 pub mod batcher;
@@ -15,7 +18,9 @@ pub mod config;
 pub mod dispatch;
 pub mod drain;
 pub mod engine;
+pub mod fleet;
 pub mod http;
+pub mod identity;
 pub mod server;
 pub mod sessions;
 pub mod state;

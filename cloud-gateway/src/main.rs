@@ -1,4 +1,5 @@
-//! `cloud-gateway`: QUIC server that batches escalations from many devices into the LLM.
+//! `cloud-gateway`: QUIC server that batches escalations from many devices into the LLM; and
+//! `cloud-gateway fleet ...`, the admin commands for device identity.
 
 use std::time::Duration;
 
@@ -8,7 +9,12 @@ use cloud_gateway::Gateway;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = GatewayArgs::from_env()?;
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == "fleet") {
+        // Admin commands (fleet CA, device certificates, revocation): no gateway is started.
+        return cloud_gateway::fleet::run(argv[1..].to_vec());
+    }
+    let args = GatewayArgs::from_argv(argv)?;
     if args.check {
         print!("{}", args.check_report()?);
         return Ok(());

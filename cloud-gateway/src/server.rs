@@ -17,6 +17,7 @@ use crate::batcher::spawn_batcher;
 use crate::config::GatewayConfig;
 use crate::dispatch::Dispatcher;
 use crate::engine::pool::EnginePool;
+use crate::identity::Identities;
 use crate::sessions::SessionStore;
 use crate::state::Shared;
 use crate::transport::listener;
@@ -55,8 +56,10 @@ impl Gateway {
     }
 
     async fn start_with(config: GatewayConfig, facts: ModelFacts, queue: Dispatcher, mut tasks: Vec<JoinHandle<()>>) -> anyhow::Result<Self> {
-        let endpoint = listener::bind(&config)?;
-        let shared = Arc::new(Shared::new(&config, &facts, queue.clone()));
+        let identities = Arc::new(Identities::load(&config)?);
+        let endpoint = listener::bind(&config, identities.client_verifier())?;
+        tasks.extend(identities.spawn_reloader());
+        let shared = Arc::new(Shared::new(&config, &facts, queue.clone(), identities));
         tasks.push(listener::spawn_accept_loop(endpoint.clone(), shared.clone()));
         tasks.push(spawn_expiry(shared.store.clone(), queue, config.session_idle));
         let (drained_tx, drained) = watch::channel(false);

@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use crate::backend::ModelFacts;
 use crate::dispatch::Dispatcher;
 use crate::config::GatewayConfig;
+use crate::identity::Identities;
 use crate::sessions::SessionStore;
 
 /// State shared by the listener, every connection actor and the HTTP port.
@@ -52,11 +53,15 @@ pub struct Shared {
     pub drain_redirect: Option<String>,
     /// Bearer token of `POST /drain`; `None` = refused.
     pub admin_token: Option<String>,
+    /// Who each device is (mutual TLS or dev mode), which connection serves it, the deny
+    /// list and the per-device rate limit.
+    pub identity: Arc<Identities>,
 }
 
 impl Shared {
-    /// Derive the shared state from a validated configuration and the backend's facts.
-    pub fn new(config: &GatewayConfig, facts: &ModelFacts, queue: Dispatcher) -> Self {
+    /// Derive the shared state from a validated configuration and the backend's facts, with
+    /// the identities `config` describes (loaded before the listener, whose TLS needs them).
+    pub fn new(config: &GatewayConfig, facts: &ModelFacts, queue: Dispatcher, identity: Arc<Identities>) -> Self {
         let max_context_tokens = facts.max_context.saturating_sub(1);
         Self {
             handshake: HandshakePolicy {
@@ -82,6 +87,7 @@ impl Shared {
             drain_grace: config.drain_grace,
             drain_redirect: config.drain_redirect.clone(),
             admin_token: config.admin_token.clone(),
+            identity,
         }
     }
 

@@ -72,9 +72,16 @@ pub struct CloudArgs {
     /// TLS name of the gateway.
     #[arg(long, env = "DUET_SERVER_NAME", default_value = "localhost")]
     pub server_name: String,
-    /// Shared secret the gateway expects.
+    /// Shared secret the gateway expects (a gateway without mutual TLS: development).
     #[arg(long, env = "DUET_AUTH_TOKEN", default_value = "", hide_env_values = true)]
     pub auth_token: String,
+    /// This device's certificate (PEM, from `cloud-gateway fleet issue`), for a gateway that
+    /// requires mutual TLS: the gateway knows the device by it.
+    #[arg(long, env = "DUET_CLIENT_CERT", requires = "client_key")]
+    pub client_cert: Option<std::path::PathBuf>,
+    /// This device's private key (PEM), with --client-cert.
+    #[arg(long, env = "DUET_CLIENT_KEY", requires = "client_cert")]
+    pub client_key: Option<std::path::PathBuf>,
     /// This device's id (default: host name and process id).
     #[arg(long, env = "DUET_DEVICE_ID")]
     pub device_id: Option<String>,
@@ -227,6 +234,10 @@ pub fn link_config(cloud: &CloudArgs, tok: &Tokenizer, slm_id: &str) -> anyhow::
         server_name: cloud.server_name.clone(),
         insecure: cloud.insecure,
         auth_token: cloud.auth_token.clone(),
+        client_identity: match (&cloud.client_cert, &cloud.client_key) {
+            (Some(cert), Some(key)) => Some(crate::tls::ClientIdentity { cert: cert.clone(), key: key.clone() }),
+            _ => None,
+        },
         slm_id: slm_id.to_string(),
         ..LinkConfig::new(gateway, ca_cert, device_id, tok.fingerprint())
     })

@@ -47,6 +47,9 @@ pub struct LinkConfig {
     pub ca_cert: Option<PathBuf>,
     /// Skip TLS verification (development only).
     pub insecure: bool,
+    /// This device's certificate and key, for a gateway that requires mutual TLS (there the
+    /// certificate, not `device_id`, says who the device is).
+    pub client_identity: Option<crate::tls::ClientIdentity>,
     /// This device's id.
     pub device_id: String,
     /// Shared secret for `Hello`.
@@ -71,6 +74,7 @@ impl LinkConfig {
             server_name: "localhost".into(),
             ca_cert,
             insecure: false,
+            client_identity: None,
             device_id: device_id.into(),
             auth_token: String::new(),
             tokenizer_fingerprint: tokenizer_fingerprint.into(),
@@ -195,7 +199,7 @@ impl Drop for LinkTask {
 impl Link {
     /// Start the link task; it connects in the background.
     pub fn start(config: LinkConfig) -> anyhow::Result<Self> {
-        let client = crate::tls::client_config(config.ca_cert.as_deref(), config.insecure, Duration::from_secs(2))?;
+        let client = crate::tls::client_config_with_identity(config.ca_cert.as_deref(), config.insecure, Duration::from_secs(2), config.client_identity.as_ref())?;
         anyhow::ensure!(!gateway_list(&config.gateway).is_empty(), "no gateway address in `{}`", config.gateway);
         let (tx, rx) = watch::channel(LinkState::Connecting);
         let task = tokio::spawn(run_link(client, config, tx));

@@ -1,8 +1,10 @@
 //! TLS for the device's QUIC client: trust the system-independent roots a user gives
 //! (`--ca-cert`, e.g. the gateway's self-signed certificate) or, for local development only,
-//! skip verification.
+//! skip verification; and, where the gateway requires mutual TLS, present this device's own
+//! certificate (`--client-cert`/`--client-key`, issued by `cloud-gateway fleet issue`), which is
+//! what the gateway knows the device by.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -10,16 +12,49 @@ use common::protocol::ALPN;
 use quinn::crypto::rustls::QuicClientConfig;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
-/// Build the quinn client config.
+/// This device's certificate and key (PEM files), presented to a gateway that requires
+/// mutual TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientIdentity {
+    /// Certificate (chain), PEM.
+    pub cert: PathBuf,
+    /// Private key, PEM.
+    pub key: PathBuf,
+}
+
+impl ClientIdentity {
+    fn load(&self) -> anyhow::Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
+        let chain = CertificateDer::pem_file_iter(&self.cert)
+            .with_context(|| format!("reading the client certificate {}", self.cert.display()))?
+            .collect::<Result<Vec<_>, _>>()
+            .with_context(|| format!("parsing the client certificate {}", self.cert.display()))?;
+        anyhow::ensure!(!chain.is_empty(), "no certificate in {}", self.cert.display());
+        let key = PrivateKeyDer::from_pem_file(&self.key).with_context(|| format!("reading the client key {}", self.key.display()))?;
+        Ok((chain, key))
+    }
+}
+
+/// Build the quinn client config (no client certificate).
 pub fn client_config(ca_cert: Option<&Path>, insecure: bool, keep_alive: std::time::Duration) -> anyhow::Result<quinn::ClientConfig> {
+    client_config_with_identity(ca_cert, insecure, keep_alive, None)
+}
+
+/// Build the quinn client config, presenting `identity` to a gateway that asks for one.
+pub fn client_config_with_identity(ca_cert: Option<&Path>, insecure: bool, keep_alive: std::time::Duration, identity: Option<&ClientIdentity>) -> anyhow::Result<quinn::ClientConfig> {
+    quic_client_config(client_tls(ca_cert, insecure, identity)?, keep_alive)
+}
+
+/// The TLS half of [`client_config_with_identity`] (ALPN set), for a caller that tunes it (the
+/// handshake benchmark turns session resumption off) before [`quic_client_config`].
+pub fn client_tls(ca_cert: Option<&Path>, insecure: bool, identity: Option<&ClientIdentity>) -> anyhow::Result<rustls::ClientConfig> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let builder = rustls::ClientConfig::builder();
-    let mut tls = if insecure {
+    let builder = if insecure {
         tracing::warn!("TLS verification of the gateway is OFF (--insecure): development only");
-        builder.dangerous().with_custom_certificate_verifier(Arc::new(NoVerify)).with_no_client_auth()
+        builder.dangerous().with_custom_certificate_verifier(Arc::new(NoVerify))
     } else {
         let mut roots = rustls::RootCertStore::empty();
         let path = ca_cert.context("no --ca-cert given: pass the gateway's certificate (PEM), or --insecure for local development")?;
@@ -27,9 +62,21 @@ pub fn client_config(ca_cert: Option<&Path>, insecure: bool, keep_alive: std::ti
             roots.add(cert.with_context(|| format!("parsing {}", path.display()))?).context("adding CA certificate")?;
         }
         anyhow::ensure!(!roots.is_empty(), "no certificate in {}", path.display());
-        builder.with_root_certificates(roots).with_no_client_auth()
+        builder.with_root_certificates(roots)
+    };
+    let mut tls = match identity {
+        Some(id) => {
+            let (chain, key) = id.load()?;
+            builder.with_client_auth_cert(chain, key).context("the client certificate and key do not match")?
+        }
+        None => builder.with_no_client_auth(),
     };
     tls.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(tls)
+}
+
+/// The QUIC client config over `tls`: keep-alive every `keep_alive`, 10 s idle timeout.
+pub fn quic_client_config(tls: rustls::ClientConfig, keep_alive: std::time::Duration) -> anyhow::Result<quinn::ClientConfig> {
     let mut cfg = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls).context("QUIC TLS config")?));
     let mut transport = quinn::TransportConfig::default();
     transport.keep_alive_interval(Some(keep_alive));

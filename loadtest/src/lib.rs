@@ -6,6 +6,7 @@ pub mod engines;
 pub mod fixed_backend;
 pub mod fleet;
 pub mod gateway_latency;
+pub mod handshake;
 pub mod loopback;
 pub mod otlp_sink;
 pub mod relay;

@@ -1,7 +1,7 @@
 //! `loadtest`: measures Duet's gateway and backends. Each subcommand runs its baseline in the
 //! same process and prints one JSON report (BENCHMARKS.md quotes the commands).
 
-use loadtest::{batching, engines, fleet, gateway_latency, relay};
+use loadtest::{batching, engines, fleet, gateway_latency, handshake, relay};
 
 use clap::{Parser, Subcommand};
 
@@ -32,6 +32,9 @@ enum Command {
     /// Thousands of simulated devices (the real edge stack, a recorded SLM trace) on impaired
     /// links against one gateway; every device checks its token stream. JSON + HTML report.
     Fleet(Box<fleet::FleetArgs>),
+    /// Handshake cost of device identity: connections/s with mutual TLS against the
+    /// shared-token handshake, same run.
+    Handshake(handshake::HandshakeArgs),
     /// A gateway for fleet tests (fixed-cost backend, embedded LLM or engines): prints its
     /// addresses as one JSON line and serves until its standard input closes.
     Gateway(fleet::gateway::GatewayArgs),
@@ -47,5 +50,6 @@ fn main() -> anyhow::Result<()> {
         Command::Relay(a) => relay::cmd::run(a),
         Command::Fleet(a) => fleet::run(*a),
         Command::Gateway(a) => fleet::gateway::run(a),
+        Command::Handshake(a) => handshake::run(a),
     }
 }

@@ -1,6 +1,8 @@
 //! One ractor actor per connected device, and the small tasks that move its streams' bytes.
 //!
-//! The actor owns the device's identity after the handshake and applies its requests to the
+//! The handshake asks [`crate::identity`] who the device is (its certificate's id under mutual
+//! TLS, never what `Hello` claims) and registers the connection as that identity's (replacing
+//! an older one). The actor owns that identity and applies the device's requests to the
 //! session store one at a time, in arrival order, so a device's context updates never race.
 //! Around it, a stream task reads one frame from each new stream and classifies it; a reply
 //! task waits for the batcher's answer and writes it back, or cancels the work if the device
@@ -35,6 +37,7 @@ use tracing::field::Empty;
 use super::read::{read_frame, read_request_frame};
 use crate::backend::{BackendError, BackendRequest};
 use crate::batcher::{Outcome, QueueFull};
+use crate::identity::registry::Identity;
 use crate::sessions::{SessionKey, StoreError};
 use crate::state::Shared;
 
@@ -74,7 +77,7 @@ pub struct ConnState {
 
 /// A device past the handshake.
 struct Device {
-    id: Arc<str>,
+    identity: Identity,
     protocol_version: u16,
 }
 
@@ -94,7 +97,9 @@ pub async fn serve_connection(incoming: quinn::Incoming, shared: Arc<Shared>) {
             return;
         }
     };
-    if let Err(e) = Actor::spawn(None, ConnectionActor, (conn, device.id, device.protocol_version, shared)).await {
+    // One connection per identity: this one replaces an older one of the same device.
+    shared.identity.registry.admit(&device.identity, &conn);
+    if let Err(e) = Actor::spawn(None, ConnectionActor, (conn, device.identity.device_id, device.protocol_version, shared)).await {
         tracing::error!("starting a connection actor: {e}");
     }
 }
@@ -120,10 +125,19 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> anyhow::Result<
     let hello = tokio::time::timeout(HELLO_TIMEOUT, read_frame(&mut recv, max)).await??;
     match gateway::answer_hello(&shared.handshake, shared.welcome_limits(), hello) {
         Ok(welcomed) => {
+            // Who it is: the verified certificate's id under mutual TLS, else its claim.
+            let identity = match shared.identity.identify(conn, &welcomed.device_id) {
+                Ok(identity) => identity,
+                Err(reason) => {
+                    metrics::counter!("duet_gateway_handshakes_rejected_total").increment(1);
+                    refuse(conn, send, &Refused { reason: reason.clone() }, max).await;
+                    anyhow::bail!("handshake rejected: {reason:?}")
+                }
+            };
             send.write_all(&encode_frame(&welcomed.reply, max)?).await?;
             send.finish()?;
-            tracing::info!(device = %welcomed.device_id, slm = %welcomed.slm_id, version = welcomed.protocol_version, remote = %conn.remote_address(), "device welcomed");
-            Ok(Device { id: Arc::from(welcomed.device_id), protocol_version: welcomed.protocol_version })
+            tracing::info!(device = %identity.device_id, verified = identity.serial.is_some(), slm = %welcomed.slm_id, version = welcomed.protocol_version, remote = %conn.remote_address(), "device welcomed");
+            Ok(Device { identity, protocol_version: welcomed.protocol_version })
         }
         Err(refused) => {
             metrics::counter!("duet_gateway_handshakes_rejected_total").increment(1);
@@ -361,6 +375,11 @@ impl ConnState {
             // Draining, past its admission window: fall back at once, reconnect elsewhere.
             metrics::counter!("duet_gateway_escalations_busy_total").increment(1);
             return answer_now(send, EscalationOutcome::Busy { retry_after_ms: DRAINING_RETRY_AFTER_MS });
+        }
+        if let Err(retry_after_ms) = self.shared.identity.rate.check(&self.device, Instant::now()) {
+            // This device is over its own rate: it falls back, others keep their share.
+            metrics::counter!("duet_gateway_escalations_rate_limited_total").increment(1);
+            return answer_now(send, EscalationOutcome::Busy { retry_after_ms });
         }
         let request = BackendRequest { session: key, context: snapshot, sampling: SamplingParams::from(sampling), seq };
         let open = OpenEscalation::new(self.shared.clone());

@@ -16,9 +16,10 @@ use super::tls::server_config;
 use crate::config::GatewayConfig;
 use crate::state::Shared;
 
-/// Bind the QUIC endpoint the configuration describes (TLS and transport settings included).
-pub fn bind(config: &GatewayConfig) -> anyhow::Result<quinn::Endpoint> {
-    let server = server_config(&config.cert, config.idle_timeout)?;
+/// Bind the QUIC endpoint the configuration describes (TLS and transport settings included);
+/// with `client_auth`, devices must present a certificate it accepts (mutual TLS).
+pub fn bind(config: &GatewayConfig, client_auth: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>) -> anyhow::Result<quinn::Endpoint> {
+    let server = server_config(&config.cert, client_auth, config.idle_timeout)?;
     quinn::Endpoint::server(server, config.listen).with_context(|| format!("binding QUIC on {}", config.listen))
 }
 

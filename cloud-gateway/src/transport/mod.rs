@@ -4,6 +4,7 @@
 //! this layer moves bytes and enforces the per-connection bounds.
 
 pub mod connection;
+pub mod dev_cert;
 pub mod listener;
 pub mod read;
 pub mod tls;

@@ -1,5 +1,7 @@
 //! TLS for the QUIC listener: certificate and key from PEM files in production, or a
-//! self-signed certificate (rcgen) for development, written out so devices can trust it.
+//! self-signed certificate (rcgen) for development, written out so devices can trust it and
+//! kept across restarts ([`super::dev_cert`]); with a client CA, mutual TLS
+//! ([`crate::identity`]).
 //! Also the QUIC transport settings devices rely on (idle timeout, one stream per request).
 
 use std::path::Path;
@@ -9,7 +11,8 @@ use anyhow::Context;
 use common::protocol::ALPN;
 use quinn::crypto::rustls::QuicServerConfig;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::danger::ClientCertVerifier;
 
 use crate::config::CertSource;
 
@@ -28,25 +31,27 @@ pub fn install_crypto_provider() {
 pub const MAX_STREAMS_PER_DEVICE: u32 = 128;
 
 /// Build the quinn server config with ALPN `duet/1`: up to [`MAX_STREAMS_PER_DEVICE`] request
-/// streams open at once per device, no unidirectional streams.
-pub fn server_config(source: &CertSource, idle_timeout: std::time::Duration) -> anyhow::Result<quinn::ServerConfig> {
+/// streams open at once per device, no unidirectional streams. With `client_auth` (mutual TLS)
+/// every device must present a certificate it accepts.
+pub fn server_config(source: &CertSource, client_auth: Option<Arc<dyn ClientCertVerifier>>, idle_timeout: std::time::Duration) -> anyhow::Result<quinn::ServerConfig> {
     install_crypto_provider();
     let (chain, key) = match source {
         CertSource::Files { cert, key } => load_pem(cert, key)?,
-        CertSource::SelfSigned { names, write_to } => {
-            let ck = rcgen::generate_simple_self_signed(names.clone()).context("generating a self-signed certificate")?;
-            if let Some(path) = write_to {
-                if let Some(dir) = path.parent() {
-                    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-                }
-                std::fs::write(path, ck.cert.pem()).with_context(|| format!("writing {}", path.display()))?;
-                tracing::info!(path = %path.display(), "wrote the self-signed gateway certificate (give it to devices with --ca-cert)");
-            }
-            let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.signing_key.serialize_der()));
-            (vec![ck.cert.der().clone()], key)
-        }
+        CertSource::SelfSigned { names, write_to } => super::dev_cert::load_or_create(names, write_to.as_deref())?,
     };
-    let mut tls = rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(chain, key).context("TLS certificate/key")?;
+    let builder = rustls::ServerConfig::builder();
+    let mutual = client_auth.is_some();
+    let builder = match client_auth {
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
+        None => builder.with_no_client_auth(),
+    };
+    let mut tls = builder.with_single_cert(chain, key).context("TLS certificate/key")?;
+    if mutual {
+        // No session resumption: a resumed handshake skips the certificate check, and every
+        // connection must show a certificate that is in date and not revoked now.
+        tls.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+        tls.send_tls13_tickets = 0;
+    }
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let crypto = QuicServerConfig::try_from(tls).context("QUIC TLS config")?;
     let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));

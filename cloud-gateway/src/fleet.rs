@@ -1,0 +1,130 @@
+//! `cloud-gateway fleet ...`: the operator's admin commands for device identity: create the
+//! fleet CA, issue a device its certificate, revoke one. They live in the gateway's binary (not
+//! a separate tool) because they share its code for what a device id and a deny list are, so
+//! what `fleet` writes is exactly what the gateway accepts.
+//!
+//! None of them needs a running gateway; `revoke` edits the deny-list file a running gateway
+//! watches (`--revoked-file`), which takes effect at its next poll.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::identity::ca::{init_ca, FleetCa, CA_CERT_FILE};
+use crate::identity::revoked;
+
+/// Fleet identity administration: a CA, device certificates, revocation.
+#[derive(Debug, Parser)]
+#[command(name = "cloud-gateway fleet", about)]
+pub struct FleetArgs {
+    #[command(subcommand)]
+    command: FleetCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum FleetCommand {
+    /// Create the fleet CA (ca-cert.pem, ca-key.pem) in a new directory. Give the gateway
+    /// ca-cert.pem as --client-ca; keep ca-key.pem off the gateway.
+    InitCa {
+        /// Directory for the CA.
+        #[arg(long, env = "DUET_FLEET_CA_DIR")]
+        dir: PathBuf,
+        /// The CA's name (its certificate's common name).
+        #[arg(long, env = "DUET_FLEET_CA_NAME", default_value = "Duet fleet CA")]
+        name: String,
+        /// How long the CA is valid, days.
+        #[arg(long, env = "DUET_FLEET_CA_DAYS", default_value_t = 3650)]
+        days: u32,
+    },
+    /// Issue a device its certificate and key (device-cert.pem, device-key.pem in --out): the
+    /// device id is the certificate's subject common name. Install them on the device as
+    /// edge-node's --client-cert and --client-key.
+    Issue {
+        /// The fleet CA's directory.
+        #[arg(long, env = "DUET_FLEET_CA_DIR")]
+        ca_dir: PathBuf,
+        /// The device id (1..=128 bytes, no control characters).
+        #[arg(long, env = "DUET_FLEET_DEVICE")]
+        device: String,
+        /// How long the certificate is valid, days.
+        #[arg(long, env = "DUET_FLEET_DAYS", default_value_t = 365)]
+        days: u32,
+        /// Directory to write the certificate and key into (must not hold an enrolment yet).
+        #[arg(long, env = "DUET_FLEET_OUT")]
+        out: PathBuf,
+    },
+    /// Revoke a device (all its certificates) or one certificate (serial:HEX, as `issue`
+    /// printed it) by adding it to the deny list the gateway reloads.
+    Revoke {
+        /// The gateway's deny list (its --revoked-file); created if missing.
+        #[arg(long, env = "DUET_REVOKED_FILE")]
+        revoked_file: PathBuf,
+        /// A device id, or serial:HEX for one certificate.
+        entry: String,
+        /// Why, for the file's comment.
+        #[arg(long, env = "DUET_FLEET_REVOKE_REASON", default_value = "revoked")]
+        reason: String,
+    },
+}
+
+/// Run `cloud-gateway fleet` with `argv` (its first element is `fleet`).
+pub fn run(argv: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
+    let args = FleetArgs::parse_from(argv);
+    match args.command {
+        FleetCommand::InitCa { dir, name, days } => {
+            let cert = init_ca(&dir, &name, days)?;
+            println!("fleet CA created in {}; give the gateway --client-ca {}", dir.display(), cert.display());
+        }
+        FleetCommand::Issue { ca_dir, device, days, out } => {
+            let ca = FleetCa::load(&ca_dir)?;
+            let issued = ca.issue(&device, days)?;
+            let (cert, key) = ca.write(&issued, &out)?;
+            let until = issued.not_after.format(&time::format_description::well_known::Rfc3339).unwrap_or_else(|_| issued.not_after.to_string());
+            println!("issued {device}: serial {} valid until {until}", issued.serial);
+            println!("install on the device: edge-node ... --client-cert {} --client-key {}", cert.display(), key.display());
+            println!("(the gateway trusts it through --client-ca {})", ca_dir.join(CA_CERT_FILE).display());
+        }
+        FleetCommand::Revoke { revoked_file, entry, reason } => {
+            let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            if revoked::append(&revoked_file, &entry, &format!("{reason} (unix time {stamp})"))? {
+                println!("revoked {}: gateways watching {} refuse it and close its connections at their next poll", entry.trim(), revoked_file.display());
+            } else {
+                println!("{} was already revoked in {}", entry.trim(), revoked_file.display());
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::ca::{DEVICE_CERT_FILE, DEVICE_KEY_FILE, ISSUED_LOG};
+    use crate::identity::revoked::DenyList;
+
+    fn fleet(args: &[&str]) -> anyhow::Result<()> {
+        run(std::iter::once("fleet").chain(args.iter().copied()).map(Into::into).collect())
+    }
+
+    #[test]
+    fn init_ca_issue_and_revoke_work_from_the_command_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ca, out, revoked) = (dir.path().join("ca"), dir.path().join("enrol"), dir.path().join("revoked.txt"));
+        let s = |p: &std::path::Path| p.to_str().unwrap().to_string();
+        fleet(&["init-ca", "--dir", &s(&ca), "--days", "30"]).unwrap();
+        assert!(fleet(&["init-ca", "--dir", &s(&ca)]).is_err(), "never over an existing CA");
+        fleet(&["issue", "--ca-dir", &s(&ca), "--device", "device-7", "--days", "10", "--out", &s(&out)]).unwrap();
+        assert!(out.join(DEVICE_CERT_FILE).exists() && out.join(DEVICE_KEY_FILE).exists());
+        assert!(fleet(&["issue", "--ca-dir", &s(&ca), "--device", "bad\u{7}id", "--out", &s(&dir.path().join("x"))]).is_err());
+        let serial = std::fs::read_to_string(ca.join(ISSUED_LOG)).unwrap().split('\t').next().unwrap().to_string();
+        fleet(&["revoke", "--revoked-file", &s(&revoked), "device-9"]).unwrap();
+        fleet(&["revoke", "--revoked-file", &s(&revoked), &format!("serial:{serial}"), "--reason", "key leaked"]).unwrap();
+        let list = DenyList::load(&revoked).unwrap();
+        assert!(list.denies("device-9", None));
+        use rustls::pki_types::pem::PemObject;
+        let der = rustls::pki_types::CertificateDer::from_pem_file(out.join(DEVICE_CERT_FILE)).unwrap();
+        let cert = crate::identity::cert::parse_device_cert(&der).unwrap();
+        assert_eq!(cert.device_id, "device-7");
+        assert!(list.denies("device-7", Some(&cert.serial)), "revoked by the serial issue logged");
+    }
+}

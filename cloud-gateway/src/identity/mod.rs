@@ -1,0 +1,155 @@
+//! Who a device is: the identity sessions, limits, metrics and traces are keyed by.
+//!
+//! With `--client-ca` (mutual TLS, the production mode) a device proves its identity with a
+//! certificate the fleet CA issued ([`ca`]); rustls verifies it during the TLS handshake, with
+//! the deny list ([`verifier`], [`revoked`]), and the device id is the certificate's subject
+//! common name ([`cert`]). What a device *claims* in `Hello.device_id` is then only logged:
+//! a device holding its own valid certificate still cannot name itself as another and reach
+//! that device's sessions, and cannot spread over invented ids to dodge its session limit.
+//!
+//! Without it the shared `--auth-token` is all there is: every device that knows it may claim
+//! any id. That is a development mode, and the gateway says so at start-up.
+//!
+//! Either way one connection serves one identity at a time ([`registry`]: the newest replaces
+//! the older), a deny list reloaded without restart refuses and disconnects revoked devices
+//! ([`reload`]), and each identity has its own escalation rate limit ([`rate`]).
+
+pub mod ca;
+pub mod cert;
+pub mod rate;
+pub mod registry;
+pub mod reload;
+pub mod revoked;
+pub mod verifier;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::protocol::RejectReason;
+use rustls::pki_types::CertificateDer;
+use rustls::server::danger::ClientCertVerifier;
+use tokio::task::JoinHandle;
+
+use crate::config::GatewayConfig;
+use cert::parse_device_cert;
+use rate::DeviceRateLimiter;
+use registry::{Identity, Registry};
+use revoked::{DenyCell, DenyList};
+use verifier::DeviceCertVerifier;
+
+/// Identity policy and state shared by the listener and every connection.
+pub struct Identities {
+    verifier: Option<Arc<DeviceCertVerifier>>,
+    /// The deny list in force.
+    pub deny: Arc<DenyCell>,
+    /// Which connection serves each identity.
+    pub registry: Arc<Registry>,
+    /// Escalation rate limit per identity.
+    pub rate: DeviceRateLimiter,
+    revoked_file: Option<PathBuf>,
+    revoked_poll: Duration,
+}
+
+impl Identities {
+    /// Load what `config` names: the client CA (mutual TLS) and the deny list. A deny-list
+    /// file that does not exist yet is an empty list (`fleet revoke` creates it); one that does
+    /// not parse stops the gateway.
+    pub fn load(config: &GatewayConfig) -> anyhow::Result<Self> {
+        let list = match &config.revoked_file {
+            Some(path) if path.exists() => DenyList::load(path)?,
+            Some(path) => {
+                tracing::warn!(path = %path.display(), "the deny list does not exist yet: nothing revoked");
+                DenyList::default()
+            }
+            None => DenyList::default(),
+        };
+        let deny = Arc::new(DenyCell::new(list));
+        let verifier = match &config.client_ca {
+            Some(ca) => {
+                let v = DeviceCertVerifier::load(ca, deny.clone())?;
+                tracing::info!(client_ca = %ca.display(), "mutual TLS: device identity comes from the client certificate");
+                Some(Arc::new(v))
+            }
+            None => {
+                let how = if config.auth_token.is_some() { "the shared --auth-token" } else { "nothing (no --auth-token either)" };
+                tracing::warn!("no --client-ca: device identity is UNVERIFIED (dev mode): a device is whatever its Hello claims, checked by {how}");
+                None
+            }
+        };
+        let max_buckets = config.max_connections.saturating_mul(2).max(1024);
+        Ok(Self {
+            verifier,
+            deny,
+            registry: Arc::default(),
+            rate: DeviceRateLimiter::new(config.device_rate, max_buckets),
+            revoked_file: config.revoked_file.clone(),
+            revoked_poll: config.revoked_poll,
+        })
+    }
+
+    /// Whether identities are verified (mutual TLS).
+    pub fn verified(&self) -> bool {
+        self.verifier.is_some()
+    }
+
+    /// The TLS client-certificate verifier, under mutual TLS.
+    pub fn client_verifier(&self) -> Option<Arc<dyn ClientCertVerifier>> {
+        self.verifier.clone().map(|v| v as Arc<dyn ClientCertVerifier>)
+    }
+
+    /// The identity of a device past `Hello`, which claimed `claimed`: under mutual TLS the
+    /// verified certificate's, else the claim. A revoked one is refused (`Auth`).
+    pub fn identify(&self, conn: &quinn::Connection, claimed: &str) -> Result<Identity, RejectReason> {
+        let identity = if self.verified() {
+            let certs = conn.peer_identity().and_then(|any| any.downcast::<Vec<CertificateDer<'static>>>().ok());
+            let Some(end_entity) = certs.as_ref().and_then(|c| c.first()) else {
+                tracing::info!(remote = %conn.remote_address(), "no client certificate under mutual TLS");
+                return Err(RejectReason::Auth);
+            };
+            let cert = parse_device_cert(end_entity).map_err(|e| {
+                tracing::info!(remote = %conn.remote_address(), "{e}");
+                RejectReason::Auth
+            })?;
+            if cert.device_id != claimed {
+                tracing::debug!(device = %cert.device_id, claimed, "Hello claims another device id than the certificate: the certificate's is used");
+            }
+            Identity { device_id: Arc::from(cert.device_id), serial: Some(cert.serial) }
+        } else {
+            Identity { device_id: Arc::from(claimed), serial: None }
+        };
+        // Checked again here: the list may have been reloaded since the TLS handshake, and in
+        // dev mode this is the only check.
+        if self.deny.get().denies(&identity.device_id, identity.serial.as_ref()) {
+            tracing::info!(device = %identity.device_id, remote = %conn.remote_address(), "revoked device refused");
+            return Err(RejectReason::Auth);
+        }
+        Ok(identity)
+    }
+
+    /// Read the deny list at `path` again; if it parses, put it in force and close the live
+    /// connections it refuses. Returns how many were closed (`None`: kept the previous list).
+    pub fn reload_deny_list(&self, path: &Path) -> Option<usize> {
+        match DenyList::load(path) {
+            Ok(list) => {
+                let entries = list.len();
+                self.deny.set(list);
+                let closed = self.registry.close_denied(&self.deny.get());
+                metrics::gauge!("duet_gateway_deny_list_entries").set(entries as f64);
+                tracing::info!(entries, closed, "deny list reloaded");
+                Some(closed)
+            }
+            Err(e) => {
+                tracing::warn!("{e}: keeping the previous deny list");
+                None
+            }
+        }
+    }
+
+    /// Start reloading the deny list on change and on SIGHUP, if there is one.
+    pub fn spawn_reloader(self: &Arc<Self>) -> Option<JoinHandle<()>> {
+        let path = self.revoked_file.clone()?;
+        metrics::gauge!("duet_gateway_deny_list_entries").set(self.deny.get().len() as f64);
+        Some(reload::spawn(self.clone(), path, self.revoked_poll))
+    }
+}

@@ -1,0 +1,100 @@
+//! Which connection serves each identity, and the rule for a second one: **the newest
+//! connection of an identity replaces the older**, which is closed with [`CLOSE_REPLACED`].
+//!
+//! Sessions are keyed by identity, so two live connections of one device would interleave
+//! their updates to the same sessions; and a device that reconnects after a network change
+//! (new address, new QUIC connection) should not wait out the old connection's idle timeout,
+//! nor be refused as a duplicate. So the new one wins: it continues the device's sessions
+//! (its first escalation of each is a `Full` sync, as after any reconnect) and the old one
+//! is told why it was closed. Two processes sharing one certificate therefore take turns
+//! rather than share: one certificate per device.
+//!
+//! The registry also lets a deny-list reload find and close the connections it now refuses.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::cert::Serial;
+use super::revoked::DenyList;
+
+/// QUIC application close code of a connection replaced by a newer one of the same identity.
+pub const CLOSE_REPLACED: u32 = 4;
+/// QUIC application close code of a connection whose credential was revoked.
+pub const CLOSE_REVOKED: u32 = 5;
+/// Close reason sent with [`CLOSE_REPLACED`].
+pub const REPLACED_REASON: &[u8] = b"replaced by a newer connection of this device";
+/// Close reason sent with [`CLOSE_REVOKED`].
+pub const REVOKED_REASON: &[u8] = b"credential revoked";
+
+/// The identity a connection was admitted with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The device id sessions, limits, metrics and traces use.
+    pub device_id: Arc<str>,
+    /// The client certificate's serial (mutual TLS), none in dev mode.
+    pub serial: Option<Serial>,
+}
+
+struct Live {
+    conn: quinn::Connection,
+    serial: Option<Serial>,
+}
+
+/// Live connections by device id.
+#[derive(Default)]
+pub struct Registry {
+    live: Mutex<HashMap<Arc<str>, Live>>,
+}
+
+impl Registry {
+    /// Record `conn` as `identity`'s connection, close the one it replaces (if any), and forget
+    /// it again when it closes. Returns whether one was replaced.
+    pub fn admit(self: &Arc<Self>, identity: &Identity, conn: &quinn::Connection) -> bool {
+        let previous = self.lock().insert(identity.device_id.clone(), Live { conn: conn.clone(), serial: identity.serial.clone() });
+        let replaced = previous.filter(|p| p.conn.stable_id() != conn.stable_id()).map(|p| p.conn);
+        if let Some(old) = &replaced {
+            tracing::info!(device = %identity.device_id, old = %old.remote_address(), new = %conn.remote_address(), "a newer connection of this device replaces the older");
+            metrics::counter!("duet_gateway_connections_replaced_total").increment(1);
+            old.close(CLOSE_REPLACED.into(), REPLACED_REASON);
+        }
+        let (registry, id, conn) = (self.clone(), identity.device_id.clone(), conn.clone());
+        tokio::spawn(async move {
+            conn.closed().await;
+            // Only if it is still this connection: a replacement keeps its own entry. (The
+            // clones held here and in the map keep `stable_id` from being reused meanwhile.)
+            let mut live = registry.lock();
+            if live.get(&id).is_some_and(|l| l.conn.stable_id() == conn.stable_id()) {
+                live.remove(&id);
+            }
+        });
+        replaced.is_some()
+    }
+
+    /// Close every connection `list` denies; returns how many.
+    pub fn close_denied(&self, list: &DenyList) -> usize {
+        let denied: Vec<(Arc<str>, quinn::Connection)> =
+            self.lock().iter().filter(|(id, live)| list.denies(id, live.serial.as_ref())).map(|(id, live)| (id.clone(), live.conn.clone())).collect();
+        for (id, conn) in &denied {
+            tracing::warn!(device = %id, remote = %conn.remote_address(), "credential revoked: closing the device's connection");
+            conn.close(CLOSE_REVOKED.into(), REVOKED_REASON);
+        }
+        if !denied.is_empty() {
+            metrics::counter!("duet_gateway_connections_revoked_total").increment(denied.len() as u64);
+        }
+        denied.len()
+    }
+
+    /// Identities connected now.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no identity is connected.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Live>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
