@@ -26,9 +26,11 @@ pub fn install_crypto_provider() {
 /// a peer may open when the connection starts (two hash-map entries each), so this is paid by
 /// every connected device, idle or not: at 1024 it was ~85 KiB of the gateway's ~120 KiB per
 /// idle device (`loadtest fleet`, heaptrack). A device needs one stream per session's waiting
-/// escalation plus a pre-sync, a ping and an `EndSession` now and then; 128 leaves room for
-/// every session `Welcome` allows (64) and a request beyond it waits for a free stream.
-pub const MAX_STREAMS_PER_DEVICE: u32 = 128;
+/// escalation plus a pre-sync, a ping and an `EndSession` now and then; 96 leaves room for
+/// every session `Welcome` allows (64) with a third of them pre-syncing at once, and a request
+/// beyond it waits for a free stream (at 128 the fleet measured 50.6 KiB per idle device
+/// against the < 50 KiB goal; each allowed stream costs about 85 bytes).
+pub const MAX_STREAMS_PER_DEVICE: u32 = 96;
 
 /// Build the quinn server config with ALPN `duet/1`: up to [`MAX_STREAMS_PER_DEVICE`] request
 /// streams open at once per device, no unidirectional streams. With `client_auth` (mutual TLS)
