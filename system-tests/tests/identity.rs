@@ -413,3 +413,51 @@ async fn in_dev_mode_a_hello_id_with_control_characters_is_refused() {
     assert!(connect(addr, &server, None, "plain-device").await.is_ok());
     gw.shutdown().await;
 }
+
+/// Run `cloud-gateway fleet ...` (the operator's admin command), asserting success.
+fn fleet_cmd(args: &[&str]) -> String {
+    let out = std::process::Command::new(gateway_exe()).arg("fleet").args(args).output().expect("run cloud-gateway fleet");
+    assert!(out.status.success(), "cloud-gateway fleet {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The operator's path end to end, with the real binary: `fleet init-ca`, `fleet issue`, a
+/// gateway process with `--client-ca` and `--revoked-file` (polling once an hour, so only the
+/// signal can reload it), `fleet revoke`, then SIGHUP: the device's connection is closed at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_makes_a_gateway_process_apply_a_fleet_revoke_at_once() {
+    cloud_gateway::transport::tls::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let path = |p: &str| dir.path().join(p).to_str().unwrap().to_string();
+    fleet_cmd(&["init-ca", "--dir", &path("ca")]);
+    let issued = fleet_cmd(&["issue", "--ca-dir", &path("ca"), "--device", "field-unit-1", "--days", "2", "--out", &path("field-unit-1")]);
+    assert!(issued.contains("--client-cert"), "{issued}");
+    let identity = ClientIdentity { cert: dir.path().join("field-unit-1/device-cert.pem"), key: dir.path().join("field-unit-1/device-key.pem") };
+    let (cert, key) = cert_pair(dir.path());
+    let port = free_udp_port();
+    let child = spawn_gateway_process(
+        port,
+        &cert,
+        &key,
+        TINY,
+        &[&format!("--client-ca={}", path("ca/ca-cert.pem")), &format!("--revoked-file={}", path("revoked.txt")), "--revoked-poll-ms=3600000"],
+    );
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let conn = loop {
+        match connect(addr, &cert, Some(&identity), "field-unit-1").await {
+            Ok(c) => break c,
+            Err(e) => assert!(Instant::now() < deadline, "the gateway process did not welcome the device: {e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(matches!(ask(&conn, &escalate(1, 0, full(&[1, 2, 3]))).await, Frame::Token { .. }));
+
+    fleet_cmd(&["revoke", "--revoked-file", &path("revoked.txt"), "field-unit-1", "--reason", "stolen"]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(conn.close_reason().is_none(), "not reloaded before the signal (polling once an hour)");
+    let status = std::process::Command::new("kill").args(["-HUP", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    assert_eq!(application_close(&closed_within(&conn, Duration::from_secs(2)).await).0, CLOSE_REVOKED);
+    assert_eq!(connect(addr, &cert, Some(&identity), "field-unit-1").await.unwrap_err(), Refusal::Tls(ALERT_CERTIFICATE_REVOKED));
+}

@@ -64,6 +64,11 @@ pub async fn start_gateway(dir: &Path, model: &str) -> Gateway {
 pub struct GatewayProcess(Child);
 
 impl GatewayProcess {
+    /// Its process id (to signal it).
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+
     /// Kill it now (like a crash: no connection close is sent) and reap it.
     pub fn kill(&mut self) {
         let _ = self.0.kill();
