@@ -15,7 +15,7 @@ use crate::identity::revoked;
 
 /// Fleet identity administration: a CA, device certificates, revocation.
 #[derive(Debug, Parser)]
-#[command(name = "cloud-gateway fleet", about)]
+#[command(name = "cloud-gateway fleet", bin_name = "cloud-gateway fleet")]
 pub struct FleetArgs {
     #[command(subcommand)]
     command: FleetCommand,
