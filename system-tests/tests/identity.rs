@@ -461,3 +461,57 @@ async fn sighup_makes_a_gateway_process_apply_a_fleet_revoke_at_once() {
     assert_eq!(application_close(&closed_within(&conn, Duration::from_secs(2)).await).0, CLOSE_REVOKED);
     assert_eq!(connect(addr, &cert, Some(&identity), "field-unit-1").await.unwrap_err(), Refusal::Tls(ALERT_CERTIFICATE_REVOKED));
 }
+
+/// A development gateway (self-signed certificate, no `--tls-cert`) as a child process.
+fn dev_gateway_process(port: u16, write_cert: &Path) -> GatewayProcess {
+    let child = std::process::Command::new(gateway_exe())
+        .args([
+            format!("--listen=127.0.0.1:{port}"),
+            "--http-listen=off".into(),
+            format!("--write-cert={}", write_cert.display()),
+            format!("--model={TINY}"),
+            "--threads=1".into(),
+            "--log=warn".into(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("spawn cloud-gateway");
+    GatewayProcess::from_child(child)
+}
+
+/// The dev gateway's self-signed certificate survives a restart: a running edge that pinned it
+/// reconnects by itself (before, a new certificate at every start locked it out until someone
+/// copied the new file over).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_edge_reconnects_to_a_restarted_dev_gateway_because_its_certificate_is_kept() {
+    cloud_gateway::transport::tls::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let pinned = dir.path().join("gateway-cert.pem");
+    let port = free_udp_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut first = dev_gateway_process(port, &pinned);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !pinned.exists() {
+        assert!(Instant::now() < deadline, "the gateway wrote its certificate");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The edge reads the pinned certificate once, at start, as a device does.
+    let link = raw_link(addr, &pinned, "pinned-device", "");
+    let up = link.wait_up(Duration::from_secs(60)).await.expect("connected to the first gateway");
+    let written = std::fs::read(&pinned).unwrap();
+    first.kill();
+    let _second = dev_gateway_process(port, &pinned);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let edge_node::link::LinkState::Up(c) = link.state() {
+            if c.generation > up.generation {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "the edge reconnected to the restarted gateway: {:?}", link.state());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(std::fs::read(&pinned).unwrap(), written, "the same certificate file");
+    assert!(matches!(link.request(&Frame::Ping { nonce: 1 }, Instant::now() + Duration::from_secs(5)).await, Ok((Frame::Pong { nonce: 1 }, _))));
+}

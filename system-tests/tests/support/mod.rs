@@ -69,6 +69,11 @@ impl GatewayProcess {
         self.0.id()
     }
 
+    /// Own a child process started some other way (killed when dropped).
+    pub fn from_child(child: Child) -> Self {
+        Self(child)
+    }
+
     /// Kill it now (like a crash: no connection close is sent) and reap it.
     pub fn kill(&mut self) {
         let _ = self.0.kill();
