@@ -5,7 +5,8 @@
 //! their answers past their deadlines. A bucket per identity (the verified one under mutual
 //! TLS, so a device cannot spread itself over invented ids) caps each device's share: a burst
 //! for a prompt's first tokens, a steady rate beyond. Over the limit a device gets `Busy` with
-//! the time until its next token, and falls back to its SLM at once.
+//! the time until its next token, and falls back to its SLM at once; its context sync is applied
+//! first, as for every `Busy`, so its next escalation is still a short delta.
 //!
 //! Time is passed in (as in `LinkHealth`), so the policy is tested without sleeping. The map
 //! is bounded: a bucket that has refilled to its burst is the same as no bucket, so those are
