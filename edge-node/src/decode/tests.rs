@@ -219,6 +219,19 @@ fn a_fallback_keeps_the_speculated_tokens() {
 }
 
 #[test]
+fn a_link_lost_during_speculation_keeps_the_speculated_tokens_and_the_next_hard_token_falls_back_at_once() {
+    // The link drops while position 0's escalation is in flight; position 2 is hard again and
+    // finds the link down (a fallback without waiting). Same tokens as waiting for each.
+    let points = [(10, 0.2), (11, 0.9), (12, 0.2), (13, 0.9)];
+    let answers = [CloudAnswer::Fallback(FallbackReason::LinkDown), CloudAnswer::Fallback(FallbackReason::LinkDown)];
+    let (plain, _, _) = run_slow(&points, &mut SlowCloud::new(&answers, &[3, 0], 0), 4);
+    let (spec, stats, _) = run_slow(&points, &mut SlowCloud::new(&answers, &[3, 0], 8), 4);
+    assert_eq!(spec, plain);
+    assert_eq!(spec, vec![(10, TokenSource::Fallback), (11, TokenSource::Slm), (12, TokenSource::Fallback), (13, TokenSource::Slm)]);
+    assert_eq!((stats.speculation.kept, stats.speculation.rolled_back), (1, 0), "the SLM's own tokens stand");
+}
+
+#[test]
 fn speculation_never_passes_the_length_or_a_stop_token() {
     let points = [(10, 0.2), (11, 0.9), (0, 0.9), (13, 0.9)];
     let (spec, stats, pushed) = run_slow(&points, &mut SlowCloud::new(&[CloudAnswer::Token(10)], &[9], 8), 10);
