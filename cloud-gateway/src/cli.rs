@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use crate::backend::{Backend, DelayBackend, EmbeddedBackend, EmbeddedOptions};
-use crate::config::{BatcherConfig, CertSource, GatewayConfig, RateLimit};
+use crate::config::{BatcherConfig, CertSource, GatewayConfig, OverloadConfig, RateLimit};
 use crate::engine::pool::breaker::BreakerConfig;
 use crate::engine::pool::health::HealthConfig;
 use crate::engine::pool::pick::{PickPolicy, Routing};
@@ -20,6 +20,10 @@ use crate::engine::EngineSpec;
 
 fn gateway() -> GatewayConfig {
     GatewayConfig::default()
+}
+
+fn overload() -> OverloadConfig {
+    OverloadConfig::default()
 }
 
 fn embedded() -> EmbeddedOptions {
@@ -117,6 +121,35 @@ pub struct GatewayArgs {
     /// Extra service time added to every backend call, ms (simulates a slow or remote LLM).
     #[arg(long, env = "DUET_BACKEND_DELAY_MS", default_value_t = 0)]
     pub backend_delay_ms: u64,
+    /// Extra service time per token of prefill, µs (simulates a large LLM's prefill cost).
+    #[arg(long, env = "DUET_BACKEND_TOKEN_DELAY_US", default_value_t = 0)]
+    pub backend_token_delay_us: u64,
+    /// Most tokens of prefill one backend call may cost; a longer prefill runs in steps of
+    /// this size between other sessions' batches.
+    #[arg(long, env = "DUET_MAX_BATCH_TOKENS", default_value_t = overload().max_batch_tokens)]
+    pub max_batch_tokens: usize,
+    /// /readyz turns false after the queue has refused work this long without catching up, ms.
+    #[arg(long, env = "DUET_READY_SATURATED_MS", default_value_t = overload().ready_saturated_after.as_millis() as u64)]
+    pub ready_saturated_ms: u64,
+    /// /readyz turns false while one backend call has run longer than this, ms.
+    #[arg(long, env = "DUET_READY_STALLED_MS", default_value_t = overload().ready_stalled_after.as_millis() as u64)]
+    pub ready_stalled_ms: u64,
+    /// Sessions held in all, every device together; beyond it new sessions are refused.
+    #[arg(long, env = "DUET_MAX_SESSIONS", default_value_t = overload().max_sessions)]
+    pub max_sessions: usize,
+    /// Connections from one IP address at most (raise it to --max-connections behind a NAT or
+    /// proxy that hides devices' addresses).
+    #[arg(long, env = "DUET_MAX_CONNECTIONS_PER_SOURCE", default_value_t = overload().max_connections_per_source)]
+    pub max_connections_per_source: usize,
+    /// A request stream must deliver its frame within this time or it is reset, ms.
+    #[arg(long, env = "DUET_STREAM_READ_TIMEOUT_MS", default_value_t = overload().stream_read_timeout.as_millis() as u64)]
+    pub stream_read_timeout_ms: u64,
+    /// Bytes one connection may hold in unfinished frames.
+    #[arg(long, env = "DUET_MAX_BUFFERED_BYTES_PER_CONNECTION", default_value_t = overload().max_buffered_bytes_per_connection)]
+    pub max_buffered_bytes_per_connection: usize,
+    /// Bytes all connections together may hold in unfinished frames.
+    #[arg(long, env = "DUET_MAX_BUFFERED_BYTES", default_value_t = overload().max_buffered_bytes)]
+    pub max_buffered_bytes: usize,
     /// External engine worker, KIND=URL (sglang, vllm or llamacpp), repeatable or
     /// comma-separated; KIND=dns+URL is one worker per address the URL's host resolves to (a
     /// Kubernetes headless Service), re-resolved every --engine-resolve-interval-ms. Without
@@ -261,6 +294,16 @@ impl GatewayArgs {
                 max_wait: Duration::from_millis(self.max_wait_ms),
                 queue_capacity: self.queue_capacity,
             },
+            overload: OverloadConfig {
+                max_batch_tokens: self.max_batch_tokens,
+                ready_saturated_after: Duration::from_millis(self.ready_saturated_ms),
+                ready_stalled_after: Duration::from_millis(self.ready_stalled_ms),
+                max_sessions: self.max_sessions,
+                max_connections_per_source: self.max_connections_per_source,
+                stream_read_timeout: Duration::from_millis(self.stream_read_timeout_ms),
+                max_buffered_bytes_per_connection: self.max_buffered_bytes_per_connection,
+                max_buffered_bytes: self.max_buffered_bytes,
+            },
             ..gateway()
         }
         .validated()
@@ -300,9 +343,9 @@ impl GatewayArgs {
     /// `--backend-delay-ms` if set. Blocking (it loads the model).
     pub fn load_backend(&self) -> anyhow::Result<Box<dyn Backend>> {
         let embedded = EmbeddedBackend::load(&self.embedded_options())?;
-        Ok(match self.backend_delay_ms {
-            0 => Box::new(embedded),
-            ms => Box::new(DelayBackend::new(embedded, Duration::from_millis(ms))),
+        Ok(match (self.backend_delay_ms, self.backend_token_delay_us) {
+            (0, 0) => Box::new(embedded),
+            (ms, us) => Box::new(DelayBackend::new(embedded, Duration::from_millis(ms)).with_token_delay(Duration::from_micros(us))),
         })
     }
 }
@@ -353,6 +396,27 @@ mod tests {
         assert_eq!((c.client_ca.as_deref(), c.revoked_file.as_deref()), (Some(std::path::Path::new("fleet/ca-cert.pem")), Some(std::path::Path::new("revoked.txt"))));
         assert_eq!((c.revoked_poll, c.device_rate), (Duration::from_millis(250), RateLimit { per_second: 20, burst: 40 }));
         assert!(GatewayArgs::parse_from(["cloud-gateway", "--queue-capacity=0"]).gateway_config().is_err());
+    }
+
+    #[test]
+    fn overload_flags_map_onto_the_configuration() {
+        let args = GatewayArgs::parse_from([
+            "cloud-gateway",
+            "--max-batch-tokens=64",
+            "--ready-saturated-ms=1500",
+            "--ready-stalled-ms=9000",
+            "--max-sessions=1000",
+            "--max-connections-per-source=8",
+            "--stream-read-timeout-ms=2500",
+            "--max-buffered-bytes-per-connection=200000",
+            "--max-buffered-bytes=9000000",
+        ]);
+        let o = args.gateway_config().unwrap().overload;
+        assert_eq!((o.max_batch_tokens, o.max_sessions, o.max_connections_per_source), (64, 1000, 8));
+        assert_eq!((o.ready_saturated_after, o.ready_stalled_after, o.stream_read_timeout), (Duration::from_millis(1500), Duration::from_secs(9), Duration::from_millis(2500)));
+        assert_eq!((o.max_buffered_bytes_per_connection, o.max_buffered_bytes), (200_000, 9_000_000));
+        let tiny = GatewayArgs::parse_from(["cloud-gateway", "--max-buffered-bytes-per-connection=1"]).gateway_config().unwrap().overload;
+        assert!(tiny.max_buffered_bytes_per_connection > GatewayConfig::default().max_frame_bytes, "one frame always fits");
     }
 
     #[test]

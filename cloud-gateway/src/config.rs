@@ -67,6 +67,49 @@ impl Default for BatcherConfig {
     }
 }
 
+/// The bounds that keep a gateway serving under abuse and overload, beyond the queue's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverloadConfig {
+    /// Most tokens of prefill one backend call may cost: a longer prefill runs in steps of
+    /// this size between other sessions' batches, so one long `Full` cannot stall everyone.
+    pub max_batch_tokens: usize,
+    /// `/readyz` turns false once the batcher has refused work for this long without
+    /// catching up since.
+    pub ready_saturated_after: Duration,
+    /// `/readyz` turns false while one backend call has run for longer than this.
+    pub ready_stalled_after: Duration,
+    /// Most sessions held in all (every device together); beyond it a new session is refused
+    /// with `TooManySessions` (the per-device limit alone is bypassed by inventing ids).
+    pub max_sessions: usize,
+    /// Most connections (handshaking or connected) from one IP address; beyond it the
+    /// address's new connections are refused at the QUIC level. Behind a proxy or NAT that
+    /// hides devices' addresses, raise it to `max_connections`.
+    pub max_connections_per_source: usize,
+    /// A request stream must deliver its frame within this time, or it is reset (a partial
+    /// frame cannot pin memory).
+    pub stream_read_timeout: Duration,
+    /// Most bytes one connection may hold in unfinished frames; a stream that would exceed it
+    /// is reset.
+    pub max_buffered_bytes_per_connection: usize,
+    /// Most bytes every connection together may hold in unfinished frames.
+    pub max_buffered_bytes: usize,
+}
+
+impl Default for OverloadConfig {
+    fn default() -> Self {
+        Self {
+            max_batch_tokens: 32,
+            ready_saturated_after: Duration::from_secs(2),
+            ready_stalled_after: Duration::from_secs(15),
+            max_sessions: 16_384,
+            max_connections_per_source: 1_024,
+            stream_read_timeout: Duration::from_secs(10),
+            max_buffered_bytes_per_connection: 1 << 20,
+            max_buffered_bytes: 256 << 20,
+        }
+    }
+}
+
 /// Everything needed to run a gateway, apart from its backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GatewayConfig {
@@ -102,6 +145,8 @@ pub struct GatewayConfig {
     pub idle_timeout: Duration,
     /// Batching and admission.
     pub batcher: BatcherConfig,
+    /// Bounds under abuse and overload (cost cap, readiness, totals, per-source, buffers).
+    pub overload: OverloadConfig,
     /// How long a graceful drain (SIGTERM, `POST /drain`) may take, start to exit: set the
     /// orchestrator's own limit above it (Kubernetes: `terminationGracePeriodSeconds` ≥ a
     /// preStop sleep + this + a few seconds), or it kills the process mid-drain.
@@ -132,6 +177,7 @@ impl Default for GatewayConfig {
             session_idle: Duration::from_secs(300),
             idle_timeout: Duration::from_secs(30),
             batcher: BatcherConfig::default(),
+            overload: OverloadConfig::default(),
             drain_grace: Duration::from_secs(20),
             drain_redirect: None,
             admin_token: None,
@@ -162,6 +208,15 @@ impl GatewayConfig {
         self.session_idle = self.session_idle.max(Duration::from_secs(1));
         self.revoked_poll = self.revoked_poll.max(Duration::from_millis(10));
         self.device_rate.burst = self.device_rate.burst.max(1);
+        let o = &mut self.overload;
+        o.max_batch_tokens = o.max_batch_tokens.max(1);
+        o.max_sessions = o.max_sessions.max(1);
+        o.max_connections_per_source = o.max_connections_per_source.max(1);
+        o.stream_read_timeout = o.stream_read_timeout.max(Duration::from_millis(100));
+        // One frame must fit, or no stream could ever be read.
+        let one_frame = self.max_frame_bytes + common::protocol::LENGTH_PREFIX_BYTES;
+        o.max_buffered_bytes_per_connection = o.max_buffered_bytes_per_connection.max(one_frame);
+        o.max_buffered_bytes = o.max_buffered_bytes.max(o.max_buffered_bytes_per_connection);
         Ok(self)
     }
 }

@@ -78,13 +78,17 @@ impl Dispatcher {
         }
     }
 
-    /// Why the gateway cannot take work now, if it cannot (for `/readyz`).
-    pub fn not_ready(&self) -> Option<&'static str> {
+    /// Why the gateway cannot take work now, if it cannot (for `/readyz`): the batcher stopped,
+    /// its queue is full, it has been saturated or its backend stalled for too long (see
+    /// [`crate::batcher::admission::not_ready`]); or no engine worker can take work.
+    pub fn not_ready(&self) -> Option<String> {
+        let now = Instant::now();
         match self {
-            Self::Batcher(queue) if queue.actor().get_status() != ractor::ActorStatus::Running => Some("batcher not running"),
-            Self::Batcher(queue) if self.in_flight() >= queue.capacity() => Some("queue full"),
-            Self::Engines(pool) if !pool.any_available(Instant::now()) => Some("no engine worker available"),
-            Self::Engines(pool) if !pool.has_room(Instant::now()) => Some("every engine worker is full"),
+            Self::Batcher(queue) if queue.actor().get_status() != ractor::ActorStatus::Running => Some("batcher not running".into()),
+            Self::Batcher(queue) if self.in_flight() >= queue.capacity() => Some("queue full".into()),
+            Self::Batcher(queue) => queue.stats().not_ready(now),
+            Self::Engines(pool) if !pool.any_available(now) => Some("no engine worker available".into()),
+            Self::Engines(pool) if !pool.has_room(now) => Some("every engine worker is full".into()),
             _ => None,
         }
     }

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::backend::{Backend, ModelFacts};
-use crate::batcher::spawn_batcher;
+use crate::batcher::spawn_batcher_with;
 use crate::config::GatewayConfig;
 use crate::dispatch::Dispatcher;
 use crate::engine::pool::EnginePool;
@@ -41,7 +41,7 @@ impl Gateway {
     pub async fn start(config: GatewayConfig, backend: Box<dyn Backend>) -> anyhow::Result<Self> {
         let config = config.validated()?;
         let facts = backend.facts();
-        let queue = spawn_batcher(backend, config.batcher).await?;
+        let queue = spawn_batcher_with(backend, config.batcher, config.overload).await?;
         Self::start_with(config, facts, Dispatcher::Batcher(queue), Vec::new()).await
     }
 

@@ -3,7 +3,9 @@
 //!
 //! The store is what makes escalations KV-free and small: the gateway keeps each session's
 //! token ids, a device sends only what it appended since. Memory is bounded per session
-//! (`max_context` tokens) and per device (`max_sessions_per_device`); idle sessions expire.
+//! (`max_context` tokens), per device (`max_sessions_per_device`) and in total
+//! (`max_sessions`: ids are cheap to invent, so the per-device bound alone bounds nothing);
+//! idle sessions expire.
 //! [`SessionKey`] lives here, with the sessions, because the batcher and the backends only
 //! carry it: what a session is, and who owns it, is decided at this layer.
 
@@ -37,6 +39,9 @@ pub enum StoreError {
     /// The device already has as many sessions as allowed.
     #[error("too many sessions for this device (limit {0})")]
     TooManySessions(usize),
+    /// The gateway holds as many sessions as it may, all devices together.
+    #[error("the gateway holds as many sessions as it may (limit {0})")]
+    GatewayFull(usize),
 }
 
 /// The shared session store: one per gateway, used concurrently by every connection actor.
@@ -45,12 +50,18 @@ pub struct SessionStore {
     per_device: DashMap<Arc<str>, usize>,
     max_context: usize,
     max_sessions_per_device: usize,
+    max_sessions: usize,
 }
 
 impl SessionStore {
-    /// An empty store with the given bounds.
+    /// An empty store with the given bounds, and no total bound but the per-device one.
     pub fn new(max_context: usize, max_sessions_per_device: usize) -> Self {
-        Self { sessions: DashMap::new(), per_device: DashMap::new(), max_context, max_sessions_per_device }
+        Self::with_total(max_context, max_sessions_per_device, usize::MAX)
+    }
+
+    /// An empty store holding at most `max_sessions` sessions in all.
+    pub fn with_total(max_context: usize, max_sessions_per_device: usize, max_sessions: usize) -> Self {
+        Self { sessions: DashMap::new(), per_device: DashMap::new(), max_context, max_sessions_per_device, max_sessions }
     }
 
     /// Apply an escalation's context sync and return a snapshot of the session's whole context.
@@ -65,6 +76,12 @@ impl SessionStore {
         let mut ctx = SessionContext::new();
         ctx.apply(seq, sync, self.max_context)?;
         let snapshot: Arc<[u32]> = Arc::from(ctx.tokens());
+        // Checked before the insert, so concurrent new sessions may pass it together: the
+        // total can exceed the bound by at most the number of devices creating one at once.
+        if self.sessions.len() >= self.max_sessions {
+            metrics::counter!("duet_gateway_sessions_refused_total", "reason" => "gateway_full").increment(1);
+            return Err(StoreError::GatewayFull(self.max_sessions));
+        }
         {
             let mut count = self.per_device.entry(key.device.clone()).or_insert(0);
             if *count >= self.max_sessions_per_device {
@@ -154,5 +171,24 @@ mod tests {
         assert_eq!(gone.len(), 3);
         assert!(st.is_empty());
         st.apply(&key("d", 3), 0, &full, t0).unwrap();
+    }
+
+    #[test]
+    fn the_total_session_bound_holds_against_invented_devices_and_frees_on_expiry() {
+        let st = SessionStore::with_total(100, 2, 3);
+        let t0 = Instant::now();
+        let full = ContextSync::Full { tokens: TokenIds(vec![1, 2]) };
+        for d in ["a", "b", "c"] {
+            st.apply(&key(d, 1), 0, &full, t0).unwrap();
+        }
+        // An invented device id gets nothing once the gateway is full.
+        assert!(matches!(st.apply(&key("invented-1", 1), 0, &full, t0), Err(StoreError::GatewayFull(3))));
+        assert_eq!(st.len(), 3);
+        // An existing session still grows.
+        st.apply(&key("a", 1), 1, &ContextSync::Delta { base_len: 2, tokens: TokenIds(vec![3]) }, t0).unwrap();
+        // Once the flood's sessions expire (or end), new ones are served again.
+        assert_eq!(st.expire_idle(t0 + Duration::from_secs(10), Duration::from_secs(5)).len(), 3);
+        st.apply(&key("well-behaved", 1), 0, &full, t0 + Duration::from_secs(10)).unwrap();
+        assert_eq!(st.len(), 1);
     }
 }

@@ -20,6 +20,7 @@ use crate::dispatch::Dispatcher;
 use crate::config::GatewayConfig;
 use crate::identity::Identities;
 use crate::sessions::SessionStore;
+use crate::transport::limits::{BufferBudget, SourceLimiter};
 
 /// State shared by the listener, every connection actor and the HTTP port.
 pub struct Shared {
@@ -41,6 +42,11 @@ pub struct Shared {
     pub queue: Dispatcher,
     /// Devices past the handshake right now.
     pub connections: AtomicUsize,
+    /// Connections per source address (bounded: one host cannot take every place).
+    pub sources: Arc<SourceLimiter>,
+    /// Bytes held in unfinished frames (bounded per connection and in total), and how long a
+    /// stream may take to deliver its frame.
+    pub buffers: Arc<BufferBudget>,
     /// Escalations admitted and not yet answered (while draining: not yet acknowledged by
     /// the device), which a drain waits for before it closes connections.
     pub open_escalations: AtomicUsize,
@@ -79,9 +85,11 @@ impl Shared {
             max_context_tokens,
             max_sessions_per_device: config.max_sessions_per_device,
             max_connections: config.max_connections,
-            store: Arc::new(SessionStore::new(max_context_tokens, config.max_sessions_per_device)),
+            store: Arc::new(SessionStore::with_total(max_context_tokens, config.max_sessions_per_device, config.overload.max_sessions)),
             queue,
             connections: AtomicUsize::new(0),
+            sources: Arc::new(SourceLimiter::new(config.overload.max_connections_per_source)),
+            buffers: Arc::new(BufferBudget::new(config.overload.max_buffered_bytes_per_connection, config.overload.max_buffered_bytes, config.overload.stream_read_timeout)),
             open_escalations: AtomicUsize::new(0),
             drain: watch::Sender::new(None),
             drain_grace: config.drain_grace,

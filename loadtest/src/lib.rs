@@ -1,6 +1,7 @@
 //! Duet's load tester as a library: the measurements behind `loadtest`'s subcommands, so that
 //! integration tests (`loadtest/tests/`) drive the same code the command line runs.
 
+pub mod abuse;
 pub mod batching;
 pub mod engines;
 pub mod fixed_backend;

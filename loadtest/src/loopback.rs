@@ -1,9 +1,10 @@
 //! The gateway every load test starts in its own process: QUIC on a free loopback port, no HTTP
-//! side port, a fresh self-signed certificate that the simulated devices pin.
+//! side port, a fresh self-signed certificate that the simulated devices pin, and no bound on
+//! connections per source address (every simulated device shares 127.0.0.1).
 
 use std::path::{Path, PathBuf};
 
-use cloud_gateway::config::{CertSource, GatewayConfig};
+use cloud_gateway::config::{CertSource, GatewayConfig, OverloadConfig};
 
 /// A loopback gateway configuration whose certificate and key are written into `dir`; returns
 /// it with the certificate's path (the devices' `--ca-cert`).
@@ -12,6 +13,9 @@ pub fn loopback_config(dir: &Path) -> anyhow::Result<(GatewayConfig, PathBuf)> {
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     std::fs::write(&cert, ck.cert.pem())?;
     std::fs::write(&key, ck.signing_key.serialize_pem())?;
-    let config = GatewayConfig { listen: "127.0.0.1:0".parse()?, http_listen: None, cert: CertSource::Files { cert: cert.clone(), key }, ..GatewayConfig::default() };
+    // Every simulated device (and the impairment relay) connects from 127.0.0.1: one source
+    // address may hold every connection.
+    let overload = OverloadConfig { max_connections_per_source: usize::MAX, ..OverloadConfig::default() };
+    let config = GatewayConfig { listen: "127.0.0.1:0".parse()?, http_listen: None, cert: CertSource::Files { cert: cert.clone(), key }, overload, ..GatewayConfig::default() };
     Ok((config, cert))
 }

@@ -1,7 +1,7 @@
 //! `loadtest`: measures Duet's gateway and backends. Each subcommand runs its baseline in the
 //! same process and prints one JSON report (BENCHMARKS.md quotes the commands).
 
-use loadtest::{batching, engines, fleet, gateway_latency, handshake, relay};
+use loadtest::{abuse, batching, engines, fleet, gateway_latency, handshake, relay};
 
 use clap::{Parser, Subcommand};
 
@@ -38,6 +38,11 @@ enum Command {
     /// A gateway for fleet tests (fixed-cost backend, embedded LLM or engines): prints its
     /// addresses as one JSON line and serves until its standard input closes.
     Gateway(fleet::gateway::GatewayArgs),
+    /// Issue 13's hostile probe scenarios against a real cloud-gateway process (id squatting,
+    /// invented-id session flood, unfinished streams, idle-connection flood, a huge Full from a
+    /// device that leaves, sustained overload): after each, a well-behaved device's service,
+    /// the gateway's RSS against its baseline, Busy against expired.
+    Abuse(abuse::AbuseArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -51,5 +56,6 @@ fn main() -> anyhow::Result<()> {
         Command::Fleet(a) => fleet::run(*a),
         Command::Gateway(a) => fleet::gateway::run(a),
         Command::Handshake(a) => handshake::run(a),
+        Command::Abuse(a) => abuse::run(a),
     }
 }

@@ -1,21 +1,58 @@
-//! A wrapper that adds a fixed service time to another backend: simulates a slow or remote
-//! LLM (for fault tests, load tests and the deadline logic) without changing its answers.
+//! A wrapper that adds service time to another backend: simulates a slow or remote LLM (for
+//! fault tests, load tests, the deadline logic and the overload bounds) without changing its
+//! answers. The time is a fixed cost per batch plus, optionally, a cost per token of prefill
+//! (the tokens of a session's context it has not seen yet), so that a long `Full` costs what
+//! it would cost a real model.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use super::{Backend, BackendError, BackendRequest, BackendToken, ModelFacts};
 use crate::sessions::SessionKey;
 
-/// Adds `delay` before each batch of the inner backend.
+/// Most sessions whose seen length is remembered; beyond it the memory is reset (every session
+/// then costs its whole context once more), so a flood of sessions cannot grow it.
+const MAX_TRACKED_SESSIONS: usize = 65_536;
+
+/// Adds `delay` before each batch of the inner backend, and `per_token` for each token of
+/// prefill.
 pub struct DelayBackend<B> {
     inner: B,
     delay: Duration,
+    per_token: Duration,
+    /// Tokens of each session's context already "computed".
+    seen: HashMap<SessionKey, usize>,
 }
 
 impl<B: Backend> DelayBackend<B> {
     /// Wrap `inner` so every batch takes at least `delay` longer.
     pub fn new(inner: B, delay: Duration) -> Self {
-        Self { inner, delay }
+        Self { inner, delay, per_token: Duration::ZERO, seen: HashMap::new() }
+    }
+
+    /// Also charge `per_token` for every token of a session's context not seen before (a
+    /// context that is not an extension of the last one costs all of its tokens).
+    pub fn with_token_delay(mut self, per_token: Duration) -> Self {
+        self.per_token = per_token;
+        self
+    }
+
+    /// Tokens of prefill to bring `session` to `len` tokens, remembering that it is there.
+    fn advance(&mut self, session: &SessionKey, len: usize) -> usize {
+        if self.seen.len() >= MAX_TRACKED_SESSIONS && !self.seen.contains_key(session) {
+            self.seen.clear();
+        }
+        let seen = self.seen.entry(session.clone()).or_insert(0);
+        let new = if *seen <= len { len - *seen } else { len };
+        *seen = len;
+        new
+    }
+
+    fn sleep(&self, tokens: usize, fixed: Duration) {
+        let t = fixed + self.per_token.saturating_mul(u32::try_from(tokens).unwrap_or(u32::MAX));
+        if !t.is_zero() {
+            std::thread::sleep(t);
+        }
     }
 }
 
@@ -27,10 +64,47 @@ impl<B: Backend> Backend for DelayBackend<B> {
         self.inner.facts()
     }
     fn next_tokens(&mut self, batch: &[BackendRequest]) -> Vec<Result<BackendToken, BackendError>> {
-        std::thread::sleep(self.delay);
+        let tokens: usize = if self.per_token.is_zero() { 0 } else { batch.iter().map(|r| self.advance(&r.session, r.context.len())).sum() };
+        self.sleep(tokens, self.delay);
         self.inner.next_tokens(batch)
     }
     fn end_session(&mut self, session: &SessionKey) {
+        self.seen.remove(session);
         self.inner.end_session(session)
+    }
+    fn prefill(&mut self, request: &BackendRequest, upto: usize) -> Result<(), BackendError> {
+        let tokens = if self.per_token.is_zero() { 0 } else { self.advance(&request.session, upto.min(request.context.len())) };
+        self.sleep(tokens, Duration::ZERO);
+        self.inner.prefill(request, upto)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    struct Echo;
+    impl Backend for Echo {
+        fn name(&self) -> &str {
+            "echo"
+        }
+        fn facts(&self) -> ModelFacts {
+            ModelFacts { llm_id: "echo".into(), tokenizer_fingerprint: String::new(), vocab_size: 10, max_context: 100 }
+        }
+        fn next_tokens(&mut self, batch: &[BackendRequest]) -> Vec<Result<BackendToken, BackendError>> {
+            batch.iter().map(|_| Ok(BackendToken { token_id: 1, logprob: 0.0 })).collect()
+        }
+    }
+
+    #[test]
+    fn prefill_is_charged_once_per_new_token() {
+        let mut b = DelayBackend::new(Echo, Duration::ZERO).with_token_delay(Duration::from_micros(1));
+        let s = SessionKey { device: Arc::from("d"), session_id: 1 };
+        assert_eq!(b.advance(&s, 10), 10);
+        assert_eq!(b.advance(&s, 12), 2, "an extension costs its new tokens");
+        assert_eq!(b.advance(&s, 5), 5, "a shorter context is a new one");
+        b.end_session(&s);
+        assert_eq!(b.advance(&s, 5), 5, "an ended session starts over");
     }
 }

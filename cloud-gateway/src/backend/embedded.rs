@@ -199,5 +199,17 @@ impl Backend for EmbeddedBackend {
     fn end_session(&mut self, session: &SessionKey) {
         self.sessions.retain(|s| &s.key != session);
     }
+    /// The session's cache is sized for its whole context at the first step (a cache grown
+    /// later would be re-prefilled from the start in one call, past the batcher's cost cap).
+    fn prefill(&mut self, request: &BackendRequest, upto: usize) -> Result<(), BackendError> {
+        let protect_from = self.clock + 1;
+        let (i, delta) = self.prepare(request, protect_from)?;
+        let keep = request.context.len() - delta.len();
+        let upto = upto.min(request.context.len());
+        if keep < upto {
+            self.run_one(i, &request.context[keep..upto])?;
+        }
+        Ok(())
+    }
 }
 

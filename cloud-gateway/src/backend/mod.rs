@@ -101,4 +101,16 @@ pub trait Backend: Send + 'static {
     fn next_tokens(&mut self, batch: &[BackendRequest]) -> Vec<Result<BackendToken, BackendError>>;
     /// Forget per-session state (the session ended or expired).
     fn end_session(&mut self, _session: &SessionKey) {}
+    /// Bring the session's state to the first `upto` tokens of `request.context`, answering
+    /// nothing: how the batcher splits a long prefill into steps of bounded cost. The default
+    /// asks for the token after that prefix and discards it (right for any backend that
+    /// reuses a session's prefix); a backend that sizes its state by the context overrides it.
+    fn prefill(&mut self, request: &BackendRequest, upto: usize) -> Result<(), BackendError> {
+        let upto = upto.min(request.context.len());
+        let prefix = BackendRequest { context: Arc::from(&request.context[..upto]), ..request.clone() };
+        match self.next_tokens(std::slice::from_ref(&prefix)).pop() {
+            Some(r) => r.map(|_| ()),
+            None => Err(BackendError::Failed("backend returned no result".into())),
+        }
+    }
 }

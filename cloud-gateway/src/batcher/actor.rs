@@ -8,18 +8,27 @@
 //!
 //! The cut policy is [`PendingQueue`]'s; this shell supplies the clock and the timer. The
 //! backend runs on a blocking thread and comes back in [`BatcherMsg::BatchDone`], so the actor
-//! stays responsive meanwhile and the queue fills for the next batch.
+//! stays responsive meanwhile and the queue fills for the next batch; work whose device left
+//! or whose deadline passed meanwhile is purged as new work arrives, not only between batches.
+//!
+//! Admission has two bounds: the count (`queue_capacity`) and the estimated cost
+//! ([`super::admission::admit`]: the work ahead plus the escalation's own prefill must fit its
+//! deadline). The cost of an escalation is the part of its context the backend has not
+//! computed for its session yet, which the batcher tracks per session as batches complete.
 
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+
+use dashmap::DashMap;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
 
-use super::queue::{Admission, Escalation, Outcome, PendingQueue};
+use super::admission::{self, Ahead, CostModel, Cut, Load, ReadinessPolicy};
+use super::queue::{Admission, Batch, Escalation, Outcome, PendingQueue, Prefill};
 use crate::backend::{Backend, BackendError, BackendRequest, BackendToken};
-use crate::config::BatcherConfig;
+use crate::config::{BatcherConfig, OverloadConfig};
 use crate::sessions::SessionKey;
 
 /// Messages of the batcher actor.
@@ -34,11 +43,16 @@ pub enum BatcherMsg {
         backend: Box<dyn Backend>,
         /// One result per escalation of the running batch, in order.
         results: Vec<Result<BackendToken, BackendError>>,
+        /// Whether each prefill step of the batch succeeded, in order.
+        prefilled: Vec<bool>,
         /// How long the call took, ms.
         backend_ms: f64,
     },
     /// A session ended or expired: drop its queued work and the backend's state for it.
     EndSession(SessionKey),
+    /// Prefill this request's context with leftover room (its escalation was refused for its
+    /// cost); the first `.1` tokens are computed already.
+    Warm(BackendRequest, usize),
 }
 
 /// Submission refused: the queue is full.
@@ -48,13 +62,101 @@ pub struct QueueFull {
     pub retry_after_ms: u32,
 }
 
-/// Shared figures the rest of the gateway reads (Welcome limits, readiness, metrics).
-#[derive(Debug, Default)]
+/// Shared figures the rest of the gateway reads (Welcome limits, admission, readiness,
+/// metrics).
+#[derive(Debug)]
 pub struct BatcherStats {
     /// Escalations admitted and not yet answered.
     pub in_flight: Arc<AtomicUsize>,
+    /// Estimated tokens of prefill of those that fit one batch's cost cap.
+    pub queued_tokens: Arc<AtomicUsize>,
+    /// Escalations admitted and not yet answered that do not fit one batch (long prefills).
+    pub long_rows: Arc<AtomicUsize>,
+    /// Their estimated tokens of prefill.
+    pub long_tokens: Arc<AtomicUsize>,
     /// Smoothed backend time per batch, ms (reported to devices as service time).
     pub service_ms: AtomicU32,
+    /// Learned time of a batch of short escalations, µs (the admission's cost model).
+    batch_us: AtomicU64,
+    /// Learned time per token of prefill, µs (the admission's cost model).
+    token_us: AtomicU64,
+    /// Tokens of each session's context the backend has computed (as far as the batcher
+    /// knows): what a new escalation of the session costs is the rest. One entry per session
+    /// that ran, removed when the session ends or expires.
+    computed: DashMap<crate::sessions::SessionKey, usize>,
+    /// When the batcher started: the times below count from it.
+    epoch: Instant,
+    /// Since when work has been refused without the queue catching up since (ms + 1 after
+    /// `epoch`; 0 = not saturated).
+    saturated_since: AtomicU64,
+    /// Whether work was refused since the running (or last) batch started.
+    refused_lately: std::sync::atomic::AtomicBool,
+    /// Sessions waiting to be warmed (a warming step may run ahead of any escalation).
+    warming: AtomicUsize,
+    /// Since when the running batch runs (ms + 1 after `epoch`; 0 = none runs).
+    batch_since: AtomicU64,
+    /// When `/readyz` says not ready.
+    readiness: ReadinessPolicy,
+}
+
+impl BatcherStats {
+    fn new(service_ms: u32, token_ms: f64, readiness: ReadinessPolicy) -> Self {
+        Self {
+            in_flight: Arc::default(),
+            queued_tokens: Arc::default(),
+            long_rows: Arc::default(),
+            long_tokens: Arc::default(),
+            service_ms: AtomicU32::new(service_ms),
+            batch_us: AtomicU64::new(u64::from(service_ms) * 1000),
+            token_us: AtomicU64::new((token_ms * 1e3).round() as u64),
+            computed: DashMap::new(),
+            epoch: Instant::now(),
+            saturated_since: AtomicU64::new(0),
+            refused_lately: std::sync::atomic::AtomicBool::new(false),
+            warming: AtomicUsize::new(0),
+            batch_since: AtomicU64::new(0),
+            readiness,
+        }
+    }
+
+    /// `at` as stored: ms after `epoch`, plus one (0 means "not set").
+    fn stamp(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_millis() as u64 + 1
+    }
+
+    /// The admission's cost model as learned so far.
+    pub fn cost_model(&self) -> CostModel {
+        CostModel { batch_ms: self.batch_us.load(Ordering::Relaxed) as f64 / 1e3, token_ms: self.token_us.load(Ordering::Relaxed) as f64 / 1e3 }
+    }
+
+    fn set_cost_model(&self, m: CostModel) {
+        self.batch_us.store((m.batch_ms * 1e3).round() as u64, Ordering::Relaxed);
+        self.token_us.store((m.token_ms * 1e3).round() as u64, Ordering::Relaxed);
+    }
+
+    /// Tokens of `request`'s context its session's backend state lacks (at least 1).
+    pub fn cost_of(&self, request: &BackendRequest) -> usize {
+        let len = request.context.len();
+        let done = self.computed.get(&request.session).map_or(0, |c| *c);
+        if done <= len { (len - done).max(1) } else { len.max(1) }
+    }
+
+    /// Work was refused at `now`: saturated from now on, unless already, until the batcher
+    /// has run a batch without refusing anything and nothing waits.
+    fn saturated(&self, now: Instant) {
+        self.refused_lately.store(true, Ordering::Relaxed);
+        let _ = self.saturated_since.compare_exchange(0, self.stamp(now), Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Why the batcher is not ready at `now` (saturated or stalled too long), if it is not.
+    pub fn not_ready(&self, now: Instant) -> Option<String> {
+        let get = |a: &AtomicU64| match a.load(Ordering::Relaxed) {
+            0 => None,
+            t => Some(t - 1),
+        };
+        let load = Load { now_ms: self.stamp(now) - 1, saturated_since_ms: get(&self.saturated_since), batch_since_ms: get(&self.batch_since) };
+        admission::not_ready(&self.readiness, load)
+    }
 }
 
 /// Cheap, cloneable handle for submitting work: what connections hold of the batcher.
@@ -63,16 +165,48 @@ pub struct BatchQueue {
     actor: ActorRef<BatcherMsg>,
     stats: Arc<BatcherStats>,
     capacity: usize,
+    cut: Cut,
 }
 
 impl BatchQueue {
-    /// Admit and enqueue, or refuse at once when full.
+    /// Admit and enqueue, or refuse at once: when full, or when the work ahead and its own
+    /// prefill are estimated to take longer than its deadline allows.
     pub fn try_submit(&self, request: BackendRequest, deadline: Instant) -> Result<oneshot::Receiver<Outcome>, QueueFull> {
-        let Some(admission) = Admission::try_take(&self.stats.in_flight, self.capacity) else {
-            metrics::counter!("duet_gateway_escalations_busy_total").increment(1);
-            return Err(QueueFull { retry_after_ms: self.stats.service_ms.load(Ordering::Relaxed).max(5) });
+        let now = Instant::now();
+        let stats = &self.stats;
+        let cost = stats.cost_of(&request);
+        let model = stats.cost_model();
+        let ahead = Ahead {
+            rows: stats.in_flight.load(Ordering::Relaxed),
+            tokens: stats.queued_tokens.load(Ordering::Relaxed),
+            long_rows: stats.long_rows.load(Ordering::Relaxed),
+            long_tokens: stats.long_tokens.load(Ordering::Relaxed),
+            warming: stats.warming.load(Ordering::Relaxed) > 0,
         };
-        let (esc, rx) = Escalation::new(request, deadline, Instant::now());
+        let busy = |retry_after_ms: u32, why: &'static str| {
+            metrics::counter!("duet_gateway_escalations_busy_total").increment(1);
+            metrics::counter!("duet_gateway_admission_refused_total", "reason" => why).increment(1);
+            stats.saturated(now);
+            Err(QueueFull { retry_after_ms })
+        };
+        if let Err(retry_after_ms) = admission::admit(&model, self.cut, ahead, cost, deadline.saturating_duration_since(now)) {
+            // Its context is held all the same: prefill it when there is room, so that the
+            // session's later escalations cost only their delta.
+            let done = request.context.len().saturating_sub(cost);
+            let _ = self.actor.send_message(BatcherMsg::Warm(request, done));
+            return busy(retry_after_ms, "cost");
+        }
+        let Some(admission) = Admission::try_take(&stats.in_flight, self.capacity) else {
+            let drain_ms = model.estimate_ms(ahead.rows, ahead.tokens + ahead.long_tokens, self.cut.max_batch).max(f64::from(stats.service_ms.load(Ordering::Relaxed)));
+            return busy(admission::retry_after_ms(drain_ms), "capacity");
+        };
+        let admission = if cost <= self.cut.max_batch_tokens {
+            admission.with_tokens(&stats.queued_tokens, cost)
+        } else {
+            admission.with_tokens(&stats.long_tokens, cost).with_tokens(&stats.long_rows, 1)
+        };
+        let (esc, rx) = Escalation::new(request, deadline, now);
+        let esc = esc.with_cost(cost);
         // Traced under the caller's current span (the connection's `gateway.escalation`).
         let esc = esc.with_trace(tracing::Span::current(), self.stats.in_flight.load(Ordering::Relaxed).saturating_sub(1));
         // If the actor is gone the message (and with it the admission) is dropped.
@@ -114,6 +248,10 @@ pub struct BatcherState {
     /// `None` while a batch runs on the blocking thread.
     backend: Option<Box<dyn Backend>>,
     running: Vec<Escalation>,
+    /// Prefill steps of the running batch.
+    prefilling: Vec<Prefill>,
+    /// Estimated tokens of prefill of the running batch.
+    running_cost: usize,
     timer_armed: bool,
     stats: Arc<BatcherStats>,
     /// Sessions that ended while the backend was busy; applied when it returns.
@@ -126,15 +264,27 @@ pub struct BatcherState {
 /// not pay the runtime's lazy initialisation, and devices that connect before any traffic are
 /// told a measured service time instead of none (their first deadlines would be too short).
 pub async fn spawn_batcher(backend: Box<dyn Backend>, config: BatcherConfig) -> anyhow::Result<BatchQueue> {
-    let (backend, warmup_ms) = tokio::task::spawn_blocking(move || warm_up(backend)).await?;
-    let stats = Arc::new(BatcherStats { service_ms: AtomicU32::new(warmup_ms), ..BatcherStats::default() });
-    let (actor, _handle) = Actor::spawn(None, Batcher, (backend, config, stats.clone())).await?;
-    Ok(BatchQueue { actor, stats, capacity: config.queue_capacity.max(1) })
+    spawn_batcher_with(backend, config, OverloadConfig::default()).await
 }
 
-/// One decode step on a one-token context of a throw-away session; returns its time in ms
-/// (0 if the backend failed, which the first real batch then reports).
-fn warm_up(mut backend: Box<dyn Backend>) -> (Box<dyn Backend>, u32) {
+/// [`spawn_batcher`] with the overload bounds of `overload` (cost cap per batch, readiness).
+pub async fn spawn_batcher_with(backend: Box<dyn Backend>, config: BatcherConfig, overload: OverloadConfig) -> anyhow::Result<BatchQueue> {
+    let (backend, warmup_ms, token_ms) = tokio::task::spawn_blocking(move || warm_up(backend)).await?;
+    let readiness = ReadinessPolicy { saturated_for: overload.ready_saturated_after, stalled_after: overload.ready_stalled_after };
+    let stats = Arc::new(BatcherStats::new(warmup_ms, token_ms, readiness));
+    let (actor, _handle) = Actor::spawn(None, Batcher, (backend, config, overload, stats.clone())).await?;
+    let cut = Cut { max_batch: config.max_batch.max(1), max_batch_tokens: overload.max_batch_tokens.max(1) };
+    Ok(BatchQueue { actor, stats, capacity: config.queue_capacity.max(1), cut })
+}
+
+/// Tokens of the warm-up's prefill, from which the first estimate of the time per token of
+/// prefill comes (the admission's cost model learns it better from real batches).
+const WARM_UP_PREFILL: usize = 32;
+
+/// One decode step on a one-token context of a throw-away session, then a 32-token prefill
+/// on another; returns the first's time in ms (0 if the backend failed, which the first real
+/// batch then reports) and the time per token of the second.
+fn warm_up(mut backend: Box<dyn Backend>) -> (Box<dyn Backend>, u32, f64) {
     let session = SessionKey { device: Arc::from("gateway-warm-up"), session_id: 0 };
     let request = BackendRequest { session: session.clone(), context: Arc::from([0u32]), sampling: Default::default(), seq: 1 };
     let t = Instant::now();
@@ -143,45 +293,83 @@ fn warm_up(mut backend: Box<dyn Backend>) -> (Box<dyn Backend>, u32) {
     backend.end_session(&session);
     if !ok {
         tracing::warn!("the backend failed its warm-up request");
-        return (backend, 0);
+        return (backend, 0, 0.0);
     }
-    tracing::debug!(warmup_ms = ms, "backend warmed up");
-    (backend, ms.round().max(1.0) as u32)
+    let long = SessionKey { session_id: 1, ..session };
+    let request = BackendRequest { session: long.clone(), context: Arc::from(vec![0u32; WARM_UP_PREFILL]), sampling: Default::default(), seq: 1 };
+    let t = Instant::now();
+    let ok = backend.next_tokens(std::slice::from_ref(&request)).first().is_some_and(|r| r.is_ok());
+    let long_ms = t.elapsed().as_secs_f64() * 1e3;
+    backend.end_session(&long);
+    let token_ms = if ok { (long_ms - ms).max(0.0) / (WARM_UP_PREFILL - 1) as f64 } else { 0.0 };
+    tracing::debug!(warmup_ms = ms, token_ms, "backend warmed up");
+    (backend, ms.round().max(1.0) as u32, token_ms)
 }
 
 impl BatcherState {
     /// Cut a batch and hand it to the backend on a blocking thread, unless one is running.
     fn start_batch(&mut self, myself: &ActorRef<BatcherMsg>) {
-        if !self.running.is_empty() {
+        if self.is_running() {
             return;
         }
         let Some(mut backend) = self.backend.take() else { return };
         let now = Instant::now();
-        let mut batch = self.queue.cut(now);
-        if batch.is_empty() {
+        let Batch { escalations: mut batch, prefills, cost } = self.queue.cut(now);
+        if batch.is_empty() && prefills.is_empty() {
             self.backend = Some(backend);
+            self.caught_up();
             return;
         }
         metrics::histogram!("duet_gateway_batch_size").record(batch.len() as f64);
+        metrics::histogram!("duet_gateway_batch_tokens").record(cost as f64);
         let size = batch.len();
         for esc in &mut batch {
             metrics::histogram!("duet_gateway_queue_wait_seconds").record(now.duration_since(esc.enqueued).as_secs_f64());
             esc.start_batch(size, backend.name());
         }
         let requests: Vec<BackendRequest> = batch.iter().map(|e| e.request.clone()).collect();
+        let steps: Vec<(BackendRequest, usize)> = prefills.iter().map(|p| (p.request.clone(), p.upto)).collect();
         self.running = batch;
+        self.prefilling = prefills;
+        self.running_cost = cost;
+        self.stats.batch_since.store(self.stats.stamp(now), Ordering::Relaxed);
+        self.stats.refused_lately.store(false, Ordering::Relaxed);
+        self.stats.warming.store(self.queue.warming(), Ordering::Relaxed);
         let me = myself.clone();
         tokio::task::spawn_blocking(move || {
             let t = Instant::now();
-            let results = backend.next_tokens(&requests);
+            let prefilled = steps.iter().map(|(r, upto)| backend.prefill(r, *upto).is_ok()).collect();
+            let results = if requests.is_empty() { Vec::new() } else { backend.next_tokens(&requests) };
             let backend_ms = t.elapsed().as_secs_f64() * 1e3;
-            let _ = me.send_message(BatcherMsg::BatchDone { backend, results, backend_ms });
+            let _ = me.send_message(BatcherMsg::BatchDone { backend, results, prefilled, backend_ms });
         });
+    }
+
+    fn is_running(&self) -> bool {
+        self.backend.is_none()
+    }
+
+    /// No longer saturated once no escalation waits and either a batch ran without a refusal
+    /// or there is nothing at all to do.
+    fn caught_up(&self) {
+        self.stats.warming.store(self.queue.warming(), Ordering::Relaxed);
+        let idle = !self.is_running() && self.queue.warming() == 0;
+        if self.queue.is_empty() && (idle || !self.stats.refused_lately.load(Ordering::Relaxed)) {
+            self.stats.saturated_since.store(0, Ordering::Relaxed);
+        }
     }
 
     /// Start a batch if one is due, or arm the max-wait timer for when it will be.
     fn schedule(&mut self, myself: &ActorRef<BatcherMsg>) {
-        if !self.running.is_empty() || self.queue.is_empty() {
+        if self.is_running() {
+            return;
+        }
+        if self.queue.is_empty() {
+            self.caught_up();
+            if self.queue.warming() > 0 {
+                // Idle: warm sessions with the whole cap.
+                self.start_batch(myself);
+            }
             return;
         }
         let now = Instant::now();
@@ -196,14 +384,34 @@ impl BatcherState {
     }
 
     /// Answer the batch that just ran and take the backend back.
-    fn finish_batch(&mut self, mut backend: Box<dyn Backend>, results: Vec<Result<BackendToken, BackendError>>, backend_ms: f64) {
+    fn finish_batch(&mut self, mut backend: Box<dyn Backend>, results: Vec<Result<BackendToken, BackendError>>, prefilled: Vec<bool>, backend_ms: f64) {
+        self.stats.batch_since.store(0, Ordering::Relaxed);
+        let rows = self.running.len() + self.prefilling.len();
+        for (step, ok) in std::mem::take(&mut self.prefilling).into_iter().zip(prefilled) {
+            if ok {
+                self.stats.computed.insert(step.request.session, step.upto);
+            } else {
+                self.stats.computed.remove(&step.request.session);
+            }
+        }
+        for (esc, result) in self.running.iter().zip(&results) {
+            if result.is_ok() {
+                self.stats.computed.insert(esc.session().clone(), esc.request.context.len());
+            }
+        }
         for key in self.ended.drain(..) {
+            self.stats.computed.remove(&key);
             backend.end_session(&key);
         }
         self.backend = Some(backend);
-        let prev = self.stats.service_ms.load(Ordering::Relaxed) as f64;
-        let ewma = if prev == 0.0 { backend_ms } else { 0.8 * prev + 0.2 * backend_ms };
-        self.stats.service_ms.store(ewma.round() as u32, Ordering::Relaxed);
+        let mut model = self.stats.cost_model();
+        model.observe(rows.max(1), self.running_cost.max(rows), backend_ms);
+        self.stats.set_cost_model(model);
+        if !self.running.is_empty() {
+            let prev = self.stats.service_ms.load(Ordering::Relaxed) as f64;
+            let ewma = if prev == 0.0 { backend_ms } else { 0.8 * prev + 0.2 * backend_ms };
+            self.stats.service_ms.store(ewma.round() as u32, Ordering::Relaxed);
+        }
         metrics::histogram!("duet_gateway_backend_latency_seconds").record(backend_ms / 1e3);
         let llm_ms = backend_ms.round() as u32;
         tracing::debug!(batch = self.running.len(), backend_ms = llm_ms, queued = self.queue.len(), "batch done");
@@ -229,13 +437,15 @@ impl BatcherState {
 impl Actor for Batcher {
     type Msg = BatcherMsg;
     type State = BatcherState;
-    type Arguments = (Box<dyn Backend>, BatcherConfig, Arc<BatcherStats>);
+    type Arguments = (Box<dyn Backend>, BatcherConfig, OverloadConfig, Arc<BatcherStats>);
 
-    async fn pre_start(&self, _myself: ActorRef<Self::Msg>, (backend, config, stats): Self::Arguments) -> Result<Self::State, ActorProcessingErr> {
+    async fn pre_start(&self, _myself: ActorRef<Self::Msg>, (backend, config, overload, stats): Self::Arguments) -> Result<Self::State, ActorProcessingErr> {
         Ok(BatcherState {
-            queue: PendingQueue::new(config.max_batch, config.max_wait),
+            queue: PendingQueue::new(config.max_batch, config.max_wait).with_token_cap(overload.max_batch_tokens),
             backend: Some(backend),
             running: Vec::new(),
+            prefilling: Vec::new(),
+            running_cost: 0,
             timer_armed: false,
             stats,
             ended: Vec::new(),
@@ -245,6 +455,10 @@ impl Actor for Batcher {
     async fn handle(&self, myself: ActorRef<Self::Msg>, msg: Self::Msg, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
         match msg {
             BatcherMsg::Submit(esc) => {
+                if state.is_running() {
+                    // Behind a batch that may be long: drop what no longer needs the model.
+                    state.queue.purge(Instant::now());
+                }
                 state.queue.push(esc);
                 state.schedule(&myself);
             }
@@ -253,14 +467,22 @@ impl Actor for Batcher {
                 state.start_batch(&myself);
                 state.schedule(&myself);
             }
-            BatcherMsg::BatchDone { backend, results, backend_ms } => {
-                state.finish_batch(backend, results, backend_ms);
+            BatcherMsg::BatchDone { backend, results, prefilled, backend_ms } => {
+                state.finish_batch(backend, results, prefilled, backend_ms);
+                state.schedule(&myself);
+            }
+            BatcherMsg::Warm(request, done) => {
+                state.queue.warm(request, done);
+                state.stats.warming.store(state.queue.warming(), Ordering::Relaxed);
                 state.schedule(&myself);
             }
             BatcherMsg::EndSession(key) => {
                 state.queue.end_session(&key);
                 match state.backend.as_mut() {
-                    Some(b) => b.end_session(&key),
+                    Some(b) => {
+                        state.stats.computed.remove(&key);
+                        b.end_session(&key)
+                    }
                     None => state.ended.push(key),
                 }
             }

@@ -1,11 +1,13 @@
 //! The batcher: gathers escalations from every device into backend calls.
 //!
-//! Split in two so the policy is testable without a runtime: [`queue`] is the pure queue and
-//! cut policy (time passed in), [`actor`] the ractor shell that owns the backend, runs it on
-//! a blocking thread and arms the max-wait timer. Connections only see [`BatchQueue`].
+//! Split so the policy is testable without a runtime: [`queue`] is the pure queue and cut
+//! policy (time passed in, cost cap per batch), [`admission`] the estimate-based admission and
+//! readiness rules, [`actor`] the ractor shell that owns the backend, runs it on a blocking
+//! thread and arms the max-wait timer. Connections only see [`BatchQueue`].
 
 pub mod actor;
+pub mod admission;
 pub mod queue;
 
-pub use actor::{spawn_batcher, BatchQueue, BatcherMsg, BatcherStats, QueueFull};
+pub use actor::{spawn_batcher, spawn_batcher_with, BatchQueue, BatcherMsg, BatcherStats, QueueFull};
 pub use queue::Outcome;

@@ -34,6 +34,7 @@ use common::telemetry::TRACE_TARGET;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::field::Empty;
 
+use super::limits::{ConnectionBudget, SourceGuard};
 use super::read::{read_frame, read_request_frame};
 use crate::backend::{BackendError, BackendRequest};
 use crate::batcher::{Outcome, QueueFull};
@@ -81,8 +82,9 @@ struct Device {
     protocol_version: u16,
 }
 
-/// Accept a connection: handshake, then hand it to a new connection actor.
-pub async fn serve_connection(incoming: quinn::Incoming, shared: Arc<Shared>) {
+/// Accept a connection: handshake, then hand it to a new connection actor. Its source's
+/// `place` is held until the connection closes.
+pub async fn serve_connection(incoming: quinn::Incoming, shared: Arc<Shared>, place: SourceGuard) {
     let conn = match incoming.await {
         Ok(c) => c,
         Err(e) => {
@@ -99,9 +101,13 @@ pub async fn serve_connection(incoming: quinn::Incoming, shared: Arc<Shared>) {
     };
     // One connection per identity: this one replaces an older one of the same device.
     shared.identity.registry.admit(&device.identity, &conn);
+    let lives = conn.clone();
     if let Err(e) = Actor::spawn(None, ConnectionActor, (conn, device.identity.device_id, device.protocol_version, shared)).await {
         tracing::error!("starting a connection actor: {e}");
+        return;
     }
+    lives.closed().await;
+    drop(place);
 }
 
 /// Refuse a device beyond the connection limit with `Reject { Overloaded }`, so that it
@@ -162,6 +168,7 @@ async fn refuse(conn: &quinn::Connection, mut send: quinn::SendStream, refused: 
 async fn accept_streams(conn: quinn::Connection, actor: ActorRef<ConnMsg>, shared: Arc<Shared>, device: Arc<str>, protocol_version: u16) {
     let mut drain = shared.drain.subscribe();
     let mut told = false;
+    let budget = shared.buffers.connection();
     loop {
         let accepted = tokio::select! {
             s = conn.accept_bi() => s,
@@ -180,7 +187,7 @@ async fn accept_streams(conn: quinn::Connection, actor: ActorRef<ConnMsg>, share
                 break;
             }
         };
-        tokio::spawn(read_request(send, recv, actor.clone(), shared.clone(), device.clone()));
+        tokio::spawn(read_request(send, recv, actor.clone(), shared.clone(), device.clone(), budget.clone()));
     }
     actor.stop(Some("connection closed".into()));
 }
@@ -221,10 +228,16 @@ impl Drop for OpenEscalation {
 
 /// Read and classify one request stream, and pass it to the actor (which answers frames that
 /// did not decode or validate at once).
-async fn read_request(send: quinn::SendStream, mut recv: quinn::RecvStream, actor: ActorRef<ConnMsg>, shared: Arc<Shared>, device: Arc<str>) {
+async fn read_request(mut send: quinn::SendStream, mut recv: quinn::RecvStream, actor: ActorRef<ConnMsg>, shared: Arc<Shared>, device: Arc<str>, budget: ConnectionBudget) {
     let received = Instant::now();
-    let Ok(decoded) = read_request_frame(&mut recv, shared.max_frame_bytes).await else {
-        return; // reset or connection lost: nobody to answer
+    let decoded = match read_request_frame(&mut recv, shared.max_frame_bytes, &budget).await {
+        Ok(decoded) => decoded,
+        Err(e) => {
+            // Reset, lost, too slow or over the buffer budget: nobody to answer.
+            tracing::debug!(%device, "request stream given up: {e}");
+            let _ = send.reset(1u32.into());
+            return;
+        }
     };
     let (decoded, span) = match decoded {
         Ok((frame, trace)) => {
@@ -298,6 +311,7 @@ fn outcome_name(outcome: &EscalationOutcome) -> &'static str {
         EscalationOutcome::Context(ContextError::Missing { .. }) => "context_missing",
         EscalationOutcome::Context(_) => "context_error",
         EscalationOutcome::TooManySessions { .. } => "too_many_sessions",
+        EscalationOutcome::GatewayFull { .. } => "gateway_full",
         EscalationOutcome::Expired => "expired",
         EscalationOutcome::SessionEnded => "session_ended",
         EscalationOutcome::ContextTooLong(_) => "context_too_long",
@@ -370,6 +384,7 @@ impl ConnState {
                 return answer_now(send, EscalationOutcome::Context(e));
             }
             Err(StoreError::TooManySessions(limit)) => return answer_now(send, EscalationOutcome::TooManySessions { limit }),
+            Err(StoreError::GatewayFull(limit)) => return answer_now(send, EscalationOutcome::GatewayFull { limit }),
         };
         if !self.shared.admits_escalations(Instant::now()) {
             // Draining, past its admission window: fall back at once, reconnect elsewhere.
@@ -398,6 +413,12 @@ impl ConnState {
                     // The device gave up: dropping rx cancels the work.
                     span.record("outcome", "device_gone");
                     return;
+                }
+                _ = tokio::time::sleep_until((received + deadline).into()) => {
+                    // Answered at its deadline, however long the work ahead of it runs:
+                    // never late; dropping rx cancels the work.
+                    metrics::counter!("duet_gateway_escalations_expired_total").increment(1);
+                    Ok(Outcome::Expired)
                 }
             };
             let outcome = outcome.map(wire_outcome).unwrap_or(EscalationOutcome::Stopped);

@@ -33,12 +33,18 @@ pub fn spawn_accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>) -> Join
                 incoming.refuse();
                 continue;
             }
+            // One address cannot take every place (an idle-connection flood from one host).
+            let Some(place) = shared.sources.try_acquire(incoming.remote_address().ip()) else {
+                metrics::counter!("duet_gateway_source_refused_connections_total").increment(1);
+                incoming.refuse();
+                continue;
+            };
             if shared.at_connection_limit() {
                 metrics::counter!("duet_gateway_connections_refused_total").increment(1);
                 tokio::spawn(refuse_overloaded(incoming, shared.max_frame_bytes));
                 continue;
             }
-            tokio::spawn(serve_connection(incoming, shared.clone()));
+            tokio::spawn(serve_connection(incoming, shared.clone(), place));
         }
     })
 }

@@ -5,6 +5,7 @@
 
 pub mod connection;
 pub mod dev_cert;
+pub mod limits;
 pub mod listener;
 pub mod read;
 pub mod tls;

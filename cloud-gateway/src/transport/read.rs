@@ -6,8 +6,32 @@
 //! stream. The rules are in [`OneFrame`], which is fed bytes and told when the stream ends, so
 //! they are tested without sockets; [`read_frame`] only moves chunks from quinn into it
 //! ([`read_request_frame`] also returns the trace context an `Escalate` may carry).
+//!
+//! A request stream is also bounded in time and shares its connection's byte budget
+//! ([`super::limits::BufferBudget`]): one that has not delivered its frame within the read
+//! timeout, or whose bytes would take its connection (or the gateway) past the budget, is
+//! stopped and its bytes freed, so partial frames cannot pin memory.
 
 use common::protocol::{CodecError, Frame, FrameDecoder, TraceContext, LENGTH_PREFIX_BYTES};
+
+use super::limits::{ConnectionBudget, OverBudget};
+
+/// Why a request stream was given up without an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadFailure {
+    /// The stream was reset or the connection lost.
+    #[error(transparent)]
+    Transport(#[from] quinn::ReadError),
+    /// The frame did not arrive within the read timeout.
+    #[error("the frame was not complete within {0:?}")]
+    TimedOut(std::time::Duration),
+    /// Its bytes would exceed the connection's or the gateway's buffer budget.
+    #[error(transparent)]
+    OverBudget(#[from] OverBudget),
+}
+
+/// `STOP_SENDING` code of a stream given up on: too slow, or over the buffer budget.
+const STOP_GIVEN_UP: u32 = 1;
 
 /// The decode rules for a stream that must carry exactly one frame:
 /// - an oversize length prefix is an error as soon as the prefix is in;
@@ -77,14 +101,48 @@ impl OneFrame {
 /// the connection lost: nobody to answer); the inner one is the device's (answer it). On an
 /// early error the rest of the stream is refused with `STOP_SENDING`.
 pub async fn read_frame(recv: &mut quinn::RecvStream, max_frame_bytes: usize) -> Result<Result<Frame, CodecError>, quinn::ReadError> {
-    Ok(read_request_frame(recv, max_frame_bytes).await?.map(|(frame, _)| frame))
+    Ok(read_traced(recv, max_frame_bytes).await?.map(|(frame, _)| frame))
 }
 
-/// [`read_frame`] for a request stream: the frame and the trace context an `Escalate` carried.
-pub async fn read_request_frame(recv: &mut quinn::RecvStream, max_frame_bytes: usize) -> Result<Result<(Frame, Option<TraceContext>), CodecError>, quinn::ReadError> {
+/// The frame of a handshake stream, and the trace context it carried (no budget: the
+/// handshake has its own timeout and one stream).
+async fn read_traced(recv: &mut quinn::RecvStream, max_frame_bytes: usize) -> Result<Result<(Frame, Option<TraceContext>), CodecError>, quinn::ReadError> {
     let mut one = OneFrame::new(max_frame_bytes);
     let chunk_limit = max_frame_bytes.saturating_add(LENGTH_PREFIX_BYTES);
     while let Some(chunk) = recv.read_chunk(chunk_limit, true).await? {
+        if let Some(e) = one.push(&chunk.bytes) {
+            let _ = recv.stop(0u32.into());
+            return Ok(Err(e));
+        }
+    }
+    Ok(one.finish_traced())
+}
+
+/// [`read_frame`] for a request stream: the frame and the trace context an `Escalate` carried.
+/// Its bytes count against `budget` until the frame is complete, and it must be complete
+/// within the budget's read timeout; otherwise the stream is stopped (`ReadFailure`, nobody to
+/// answer) and its bytes freed.
+pub async fn read_request_frame(recv: &mut quinn::RecvStream, max_frame_bytes: usize, budget: &ConnectionBudget) -> Result<Result<(Frame, Option<TraceContext>), CodecError>, ReadFailure> {
+    let timeout = budget.read_timeout();
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut held = budget.hold();
+    let mut one = OneFrame::new(max_frame_bytes);
+    let chunk_limit = max_frame_bytes.saturating_add(LENGTH_PREFIX_BYTES);
+    loop {
+        let chunk = match tokio::time::timeout_at(deadline, recv.read_chunk(chunk_limit, true)).await {
+            Ok(chunk) => chunk?,
+            Err(_) => {
+                metrics::counter!("duet_gateway_streams_given_up_total", "reason" => "timeout").increment(1);
+                let _ = recv.stop(STOP_GIVEN_UP.into());
+                return Err(ReadFailure::TimedOut(timeout));
+            }
+        };
+        let Some(chunk) = chunk else { break };
+        if let Err(e) = held.add(chunk.bytes.len()) {
+            metrics::counter!("duet_gateway_streams_given_up_total", "reason" => "buffer_budget").increment(1);
+            let _ = recv.stop(STOP_GIVEN_UP.into());
+            return Err(e.into());
+        }
         if let Some(e) = one.push(&chunk.bytes) {
             let _ = recv.stop(0u32.into());
             return Ok(Err(e));

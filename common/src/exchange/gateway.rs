@@ -174,6 +174,12 @@ pub enum EscalationOutcome {
         /// The limit.
         limit: usize,
     },
+    /// The gateway holds as many sessions as it may, all devices together: a new session
+    /// waits until others end or expire (or goes to another replica).
+    GatewayFull {
+        /// The gateway's total limit.
+        limit: usize,
+    },
     /// The deadline passed before the backend ran it.
     Expired,
     /// The session ended before the backend ran it.
@@ -197,6 +203,9 @@ pub fn reply(session_id: u64, seq: u32, outcome: EscalationOutcome) -> Frame {
         EscalationOutcome::Context(e) => e.reply(session_id, seq),
         EscalationOutcome::TooManySessions { limit } => {
             error(sid, q, ErrorCode::TooManySessions, format!("too many sessions for this device (limit {limit})"))
+        }
+        EscalationOutcome::GatewayFull { limit } => {
+            error(sid, q, ErrorCode::TooManySessions, format!("the gateway holds its maximum of {limit} sessions: try later or another gateway"))
         }
         EscalationOutcome::Expired => error(sid, q, ErrorCode::DeadlineExpired, "deadline passed in the queue".into()),
         EscalationOutcome::SessionEnded => error(sid, q, ErrorCode::UnknownSession, "the session ended before this escalation ran".into()),

@@ -1,0 +1,244 @@
+//! Admission by estimated cost, and readiness, as plain functions of figures passed in (time
+//! included), so the rules are unit-tested without a runtime.
+//!
+//! The count bound (`queue_capacity`) alone let a queue of slow work hold every escalation
+//! until its deadline passed: devices waited out their deadlines instead of hearing `Busy`.
+//! Here each escalation is admitted only if the work queued ahead of it, plus its own
+//! prefill, is estimated to finish before its deadline ([`admit`]), with a [`CostModel`]
+//! learned from the batches the backend ran: a fixed time per batch plus a time per token of
+//! prefill. A refusal says how long the queue ahead should take to clear (`retry_after_ms`).
+//!
+//! [`not_ready`] is what `/readyz` says about the batcher: not ready while it has been
+//! saturated (refusing work, not caught up since) for longer than a grace period, or while
+//! one batch has been running for too long (a stalled backend); ready again once it has
+//! caught up and batches complete.
+
+use std::time::Duration;
+
+/// How long the backend takes, as learned from the batches it ran.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CostModel {
+    /// Time of a batch of short escalations (one token each), ms.
+    pub batch_ms: f64,
+    /// Time per token of prefill beyond one per row, ms.
+    pub token_ms: f64,
+}
+
+/// Weight of a new observation in the moving averages.
+const ALPHA: f64 = 0.2;
+
+impl CostModel {
+    /// Learn from a batch of `rows` rows with `tokens` tokens of prefill in all that took
+    /// `ms`: batches that are mostly one token per row teach the batch time, the others the
+    /// time per extra token.
+    pub fn observe(&mut self, rows: usize, tokens: usize, ms: f64) {
+        if rows == 0 || !ms.is_finite() || ms < 0.0 {
+            return;
+        }
+        let extra = tokens.saturating_sub(rows);
+        if extra < rows.max(8) {
+            self.batch_ms = ewma(self.batch_ms, ms);
+        } else {
+            let per_token = (ms - self.batch_ms).max(0.0) / extra as f64;
+            self.token_ms = ewma(self.token_ms, per_token);
+        }
+    }
+
+    /// Estimated time to run `rows` escalations with `tokens` tokens of prefill in all, in
+    /// batches of at most `max_batch` rows, ms.
+    pub fn estimate_ms(&self, rows: usize, tokens: usize, max_batch: usize) -> f64 {
+        if rows == 0 && tokens == 0 {
+            return 0.0;
+        }
+        let batches = rows.div_ceil(max_batch.max(1)).max(1);
+        batches as f64 * self.batch_ms + tokens.saturating_sub(rows) as f64 * self.token_ms
+    }
+}
+
+fn ewma(prev: f64, x: f64) -> f64 {
+    if prev <= 0.0 {
+        x
+    } else {
+        (1.0 - ALPHA) * prev + ALPHA * x
+    }
+}
+
+/// What is queued or running when an escalation asks to be admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ahead {
+    /// Escalations admitted and not yet answered.
+    pub rows: usize,
+    /// Tokens of prefill of those that fit one batch's cost cap.
+    pub tokens: usize,
+    /// Escalations among `rows` that do not fit one batch (they run in steps).
+    pub long_rows: usize,
+    /// Their tokens of prefill.
+    pub long_tokens: usize,
+    /// Whether sessions wait to be warmed (a warming step may be running).
+    pub warming: bool,
+}
+
+/// How batches are cut, as far as the estimate needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cut {
+    /// Most escalations per batch.
+    pub max_batch: usize,
+    /// Most tokens of prefill per batch.
+    pub max_batch_tokens: usize,
+}
+
+/// Admit an escalation of `cost` tokens of prefill with `left` until its deadline, behind
+/// `ahead`; `Err(retry_after_ms)` when the estimate says it would miss its deadline.
+///
+/// The estimate follows the cut ([`super::queue::PendingQueue::cut`]): an escalation that fits
+/// one batch waits for the other such escalations ahead and for one step of a long prefill at
+/// most, while a long one runs in steps with what the short ones leave. An idle gateway admits
+/// any escalation whose own prefill fits its deadline (its batch's fixed time is not held
+/// against it: devices' deadlines already allow for the service time).
+pub fn admit(model: &CostModel, cut: Cut, ahead: Ahead, cost: usize, left: Duration) -> Result<(), u32> {
+    let cap = cut.max_batch_tokens.max(1);
+    let (queued_ms, own_ms) = if cost <= cap {
+        // A step of a long prefill (or of warming) may be running; with long prefills
+        // queued, its own batch is filled up with their steps too.
+        let step = if ahead.long_rows > 0 || ahead.warming { cap } else { 0 };
+        let own = if ahead.long_rows > 0 { cap } else { cost.saturating_sub(1) };
+        let short_rows = ahead.rows.saturating_sub(ahead.long_rows);
+        (model.estimate_ms(short_rows, ahead.tokens + step, cut.max_batch), own as f64 * model.token_ms)
+    } else {
+        let steps = cost.div_ceil(cap);
+        (model.estimate_ms(ahead.rows, ahead.tokens + ahead.long_tokens, cut.max_batch), steps as f64 * model.batch_ms + cost as f64 * model.token_ms)
+    };
+    if queued_ms + own_ms <= left.as_secs_f64() * 1e3 {
+        return Ok(());
+    }
+    Err(retry_after_ms(queued_ms.max(own_ms)))
+}
+
+/// A `retry_after_ms` for work estimated to take `ms`: at least 5 ms, at most 30 s (the
+/// longest deadline).
+pub fn retry_after_ms(ms: f64) -> u32 {
+    ms.clamp(5.0, 30_000.0).round() as u32
+}
+
+/// When the batcher stops being ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadinessPolicy {
+    /// Saturated (refusing work and not caught up since) for longer than this: not ready.
+    pub saturated_for: Duration,
+    /// One batch running for longer than this: the backend is stalled, not ready.
+    pub stalled_after: Duration,
+}
+
+impl Default for ReadinessPolicy {
+    fn default() -> Self {
+        Self { saturated_for: Duration::from_secs(2), stalled_after: Duration::from_secs(15) }
+    }
+}
+
+/// The batcher's load, as `/readyz` sees it (times in ms since the batcher started).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Load {
+    /// Now.
+    pub now_ms: u64,
+    /// Since when work has been refused without the queue catching up since, if it has.
+    pub saturated_since_ms: Option<u64>,
+    /// Since when the batch now running has run, if one runs.
+    pub batch_since_ms: Option<u64>,
+}
+
+/// Why the batcher is not ready, if it is not.
+pub fn not_ready(policy: &ReadinessPolicy, load: Load) -> Option<String> {
+    if let Some(since) = load.batch_since_ms {
+        let running = load.now_ms.saturating_sub(since);
+        if running > policy.stalled_after.as_millis() as u64 {
+            return Some(format!("backend stalled: one batch has run for {:.1} s", running as f64 / 1e3));
+        }
+    }
+    if let Some(since) = load.saturated_since_ms {
+        let saturated = load.now_ms.saturating_sub(since);
+        if saturated > policy.saturated_for.as_millis() as u64 {
+            return Some(format!("saturated: refusing work for {:.1} s", saturated as f64 / 1e3));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn learned() -> CostModel {
+        let mut m = CostModel { batch_ms: 0.0, token_ms: 0.0 };
+        m.observe(16, 16, 60.0); // sixteen one-token escalations
+        m.observe(1, 201, 60.0 + 200.0 * 18.0); // one 200-token prefill
+        m
+    }
+
+    #[test]
+    fn the_cost_model_learns_batch_time_and_prefill_time_apart() {
+        let m = learned();
+        assert_eq!(m.batch_ms, 60.0);
+        assert!((m.token_ms - 18.0).abs() < 1e-9, "{m:?}");
+        assert_eq!(m.estimate_ms(0, 0, 16), 0.0);
+        assert_eq!(m.estimate_ms(17, 17, 16), 120.0, "two batches of one-token escalations");
+        let mut m2 = m;
+        m2.observe(0, 0, 1e9);
+        m2.observe(1, 1, f64::NAN);
+        assert_eq!(m2, m, "nonsense observations are ignored");
+    }
+
+    const CUT: Cut = Cut { max_batch: 16, max_batch_tokens: 128 };
+
+    #[test]
+    fn a_long_full_is_busy_at_once_instead_of_expiring() {
+        let m = learned();
+        let idle = Ahead::default();
+        // 4,095 tokens at 18 ms each is 74 s: no deadline allows it.
+        let retry = admit(&m, CUT, idle, 4095, 30_000 * MS).unwrap_err();
+        assert_eq!(retry, 30_000);
+        assert!(admit(&m, CUT, idle, 100, 2_000 * MS).is_ok(), "100 tokens take 1.8 s");
+        // 300 tokens: three steps of 60 ms and 5.4 s of prefill.
+        assert!(admit(&m, CUT, idle, 300, 5_000 * MS).is_err());
+        assert!(admit(&m, CUT, idle, 300, 5_700 * MS).is_ok());
+    }
+
+    #[test]
+    fn behind_a_long_queue_a_short_escalation_is_busy_with_the_queues_drain_time() {
+        let m = learned();
+        let queue = Ahead { rows: 160, tokens: 160, ..Ahead::default() };
+        assert_eq!(admit(&m, CUT, queue, 1, 500 * MS), Err(600), "ten batches of 60 ms ahead");
+        assert!(admit(&m, CUT, queue, 1, 700 * MS).is_ok());
+        assert!(admit(&m, CUT, Ahead::default(), 1, Duration::ZERO).is_ok(), "an idle gateway admits a short escalation");
+    }
+
+    #[test]
+    fn a_short_escalation_waits_for_one_step_of_a_long_prefill_not_all_of_it() {
+        let m = learned();
+        let behind_long = Ahead { rows: 1, tokens: 0, long_rows: 1, long_tokens: 4000, warming: false };
+        // The step running (60 ms + 128 x 18 ms = 2.36 s) and its own batch, filled up with the
+        // next step (2.3 s): 4.7 s, not 72 s.
+        assert!(admit(&m, CUT, behind_long, 1, 4_700 * MS).is_ok());
+        assert_eq!(admit(&m, CUT, behind_long, 1, 4_000 * MS), Err(2364));
+        // Behind warming only, its own batch is its own.
+        let behind_warming = Ahead { warming: true, ..Ahead::default() };
+        assert!(admit(&m, CUT, behind_warming, 1, 2_400 * MS).is_ok());
+        // Another long one waits for all of it.
+        assert!(admit(&m, CUT, behind_long, 200, 30_000 * MS).is_err());
+    }
+
+    #[test]
+    fn readiness_turns_false_when_saturated_or_stalled_too_long_and_back() {
+        let p = ReadinessPolicy { saturated_for: 2_000 * MS, stalled_after: 10_000 * MS };
+        assert_eq!(not_ready(&p, Load { now_ms: 50_000, ..Load::default() }), None);
+        let saturated = Load { now_ms: 10_000, saturated_since_ms: Some(9_000), batch_since_ms: Some(9_990) };
+        assert_eq!(not_ready(&p, saturated), None, "a second of saturation is within the grace");
+        let saturated = Load { now_ms: 11_500, ..saturated };
+        assert!(not_ready(&p, saturated).unwrap().starts_with("saturated"));
+        let stalled = Load { now_ms: 30_000, saturated_since_ms: None, batch_since_ms: Some(15_000) };
+        assert!(not_ready(&p, stalled).unwrap().starts_with("backend stalled"));
+        let recovered = Load { now_ms: 30_100, saturated_since_ms: None, batch_since_ms: Some(30_050) };
+        assert_eq!(not_ready(&p, recovered), None, "batches complete again, caught up");
+    }
+}

@@ -1,0 +1,231 @@
+//! The gateway's bounds under abuse and overload, over real QUIC on loopback (issue 13's
+//! probe scenarios, scaled down): each abuse is bounded while it lasts, and once it stops the
+//! memory it held is given back and a well-behaved device is served within its deadline.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cloud_gateway::backend::{DelayBackend, EmbeddedBackend, EmbeddedOptions};
+use cloud_gateway::config::OverloadConfig;
+use cloud_gateway::{Gateway, GatewayConfig};
+use common::protocol::{encode_frame, ContextSync, ErrorCode, Frame, TokenIds, WireSampling};
+use model_runtime::model_files::TINY_MODEL;
+use support::*;
+
+fn escalate(session_id: u64, seq: u32, tokens: Vec<u32>, deadline_ms: u32) -> Frame {
+    Frame::Escalate { session_id, seq, context: ContextSync::Full { tokens: TokenIds(tokens) }, sampling: WireSampling::default(), deadline_ms }
+}
+
+/// The tiny model behind a backend that costs `per_batch` per call and `per_token` per token of
+/// prefill (what a large model costs, without its weights).
+async fn start_slow(config: GatewayConfig, per_batch: Duration, per_token: Duration) -> Gateway {
+    let options = EmbeddedOptions { model: TINY_MODEL.into(), threads: 1, max_context: 512, ..EmbeddedOptions::default() };
+    let tiny = tokio::task::spawn_blocking(move || EmbeddedBackend::load(&options)).await.unwrap().expect("the tiny model (deploy/models/prepare slm tiny)");
+    Gateway::start(config, Box::new(DelayBackend::new(tiny, per_batch).with_token_delay(per_token))).await.unwrap()
+}
+
+/// A QUIC client endpoint on `local` (e.g. 127.0.0.2 for a second source address) trusting the
+/// test gateway's certificate.
+fn client_on(local: &str, ca: &Path) -> quinn::Endpoint {
+    let client = edge_node::tls::client_config(Some(ca), false, Duration::from_secs(5)).unwrap();
+    let mut endpoint = quinn::Endpoint::client(local.parse().unwrap()).unwrap();
+    endpoint.set_default_client_config(client);
+    endpoint
+}
+
+/// A connection from `endpoint` past `Hello` as `device`.
+async fn hello(endpoint: &quinn::Endpoint, addr: SocketAddr, device: &str) -> quinn::Connection {
+    let conn = endpoint.connect(addr, "localhost").unwrap().await.unwrap();
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    let frame = Frame::Hello { protocol_version: common::protocol::PROTOCOL_VERSION, device_id: device.into(), auth: String::new(), tokenizer_fingerprint: fingerprint(), slm_id: "test".into() };
+    send.write_all(&encode_frame(&frame, 1 << 16).unwrap()).await.unwrap();
+    send.finish().unwrap();
+    assert!(matches!(read_reply(&mut recv).await, Frame::Welcome { .. }));
+    conn
+}
+
+/// Send `frame` on a new stream of `conn` and read its one-frame reply.
+async fn request(conn: &quinn::Connection, frame: &Frame) -> Frame {
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    send.write_all(&encode_frame(frame, 1 << 16).unwrap()).await.unwrap();
+    send.finish().unwrap();
+    read_reply(&mut recv).await
+}
+
+/// Wait (5 s at most) until `done`.
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !done() {
+        assert!(t.elapsed() < Duration::from_secs(5), "never: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `GET path` on the side port: (status, body).
+async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let status = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, out.split("\r\n\r\n").nth(1).unwrap_or("").to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partial_frames_are_bounded_per_connection_reset_after_the_read_timeout_and_freed() {
+    let dir = tempfile::tempdir().unwrap();
+    let overload = OverloadConfig { stream_read_timeout: Duration::from_millis(500), max_buffered_bytes_per_connection: 200_000, ..OverloadConfig::default() };
+    let gw = support::start_gateway(GatewayConfig { overload, ..test_config(dir.path()) }).await;
+    let (addr, ca) = (gw.local_addr().unwrap(), ca_cert(dir.path()));
+    let attacker = client_on("127.0.0.1:0", &ca);
+    let conn = hello(&attacker, addr, "pinner").await;
+    // Ten streams each announce a 60,000-byte frame, send 30,000 bytes of it, and stall.
+    let mut streams = Vec::new();
+    for _ in 0..10 {
+        let (mut send, recv) = conn.open_bi().await.unwrap();
+        let mut partial = 60_000u32.to_le_bytes().to_vec();
+        partial.extend(std::iter::repeat_n(0u8, 30_000));
+        send.write_all(&partial).await.unwrap();
+        streams.push((send, recv));
+    }
+    let budget = gw.shared.buffers.clone();
+    eventually("the partial frames are held", || budget.total() > 100_000).await;
+    assert!(budget.total() <= 200_000, "held {} bytes, more than the connection's budget", budget.total());
+    // After the read timeout every stalled stream is given up and its bytes freed.
+    eventually("the stalled streams are freed", || budget.total() == 0).await;
+    for (_, mut recv) in streams {
+        let r = tokio::time::timeout(Duration::from_secs(5), recv.read_to_end(1024)).await.unwrap();
+        assert!(r.is_err(), "a given-up stream is reset, not answered: {r:?}");
+    }
+    // The same connection, and another device, are served at once.
+    assert!(matches!(request(&conn, &escalate(1, 0, vec![5, 6], 5000)).await, Frame::Token { .. }));
+    let device = client_on("127.0.0.1:0", &ca);
+    let honest = hello(&device, addr, "honest").await;
+    assert!(matches!(request(&honest, &escalate(1, 0, vec![5, 6], 5000)).await, Frame::Token { .. }));
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invented_ids_cannot_hold_more_sessions_than_the_total_and_new_ones_are_served_after_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let overload = OverloadConfig { max_sessions: 4, ..OverloadConfig::default() };
+    let gw = support::start_gateway(GatewayConfig { overload, session_idle: Duration::from_secs(2), ..test_config(dir.path()) }).await;
+    let (addr, ca) = (gw.local_addr().unwrap(), ca_cert(dir.path()));
+    let endpoint = client_on("127.0.0.1:0", &ca);
+    let mut refused = 0;
+    for i in 0..8 {
+        let conn = hello(&endpoint, addr, &format!("invented-{i}")).await;
+        match request(&conn, &escalate(1, 0, vec![5; 50], 5000)).await {
+            Frame::Token { .. } => {}
+            Frame::Error { code: ErrorCode::TooManySessions, message, .. } => {
+                assert!(message.contains("gateway holds its maximum"), "{message}");
+                refused += 1;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!((refused, gw.shared.store.len()), (4, 4), "four sessions at most, in all");
+    // The flood stops; its sessions expire and a new device is served.
+    let store = gw.shared.store.clone();
+    eventually("the flood's sessions expire", || store.is_empty()).await;
+    let conn = hello(&endpoint, addr, "well-behaved").await;
+    assert!(matches!(request(&conn, &escalate(1, 0, vec![5, 6], 5000)).await, Frame::Token { .. }));
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_cannot_take_every_connection_and_its_places_free_when_it_leaves() {
+    let dir = tempfile::tempdir().unwrap();
+    let overload = OverloadConfig { max_connections_per_source: 3, ..OverloadConfig::default() };
+    let gw = support::start_gateway(GatewayConfig { overload, ..test_config(dir.path()) }).await;
+    let (addr, ca) = (gw.local_addr().unwrap(), ca_cert(dir.path()));
+    let flood = client_on("127.0.0.1:0", &ca);
+    let mut idle = Vec::new();
+    for i in 0..3 {
+        idle.push(hello(&flood, addr, &format!("idle-{i}")).await);
+    }
+    let fourth = flood.connect(addr, "localhost").unwrap().await;
+    assert!(fourth.is_err(), "a fourth connection from the same address is refused");
+    // Another address is served meanwhile (loopback answers for all of 127/8).
+    let device = client_on("127.0.0.2:0", &ca);
+    let honest = hello(&device, addr, "honest").await;
+    assert!(matches!(request(&honest, &escalate(1, 0, vec![5, 6], 5000)).await, Frame::Token { .. }));
+    // The flood leaves: its address may connect again.
+    for c in idle {
+        c.close(0u32.into(), b"bye");
+    }
+    let sources = gw.shared.sources.clone();
+    eventually("the flood's places are freed", || sources.count("127.0.0.1".parse().unwrap()) == 0).await;
+    let back = hello(&flood, addr, "back").await;
+    assert!(matches!(request(&back, &Frame::Ping { nonce: 1 }).await, Frame::Pong { nonce: 1 }));
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_full_runs_in_steps_so_a_short_escalation_is_served_within_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    // 2 ms per token of prefill: a 400-token Full costs 0.8 s, a step of 32 tokens 64 ms.
+    let overload = OverloadConfig { max_batch_tokens: 32, ..OverloadConfig::default() };
+    let gw = start_slow(GatewayConfig { overload, ..test_config(dir.path()) }, Duration::ZERO, Duration::from_millis(2)).await;
+    let (addr, ca) = (gw.local_addr().unwrap(), ca_cert(dir.path()));
+    let endpoint = client_on("127.0.0.1:0", &ca);
+    let heavy = hello(&endpoint, addr, "heavy").await;
+    let light = hello(&endpoint, addr, "light").await;
+    let long = tokio::spawn({
+        let heavy = heavy.clone();
+        async move { request(&heavy, &escalate(1, 0, vec![7; 400], 30_000)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for session in 1..=3 {
+        let t = Instant::now();
+        let reply = request(&light, &escalate(session, 0, vec![5, 6], 400)).await;
+        assert!(matches!(reply, Frame::Token { .. }), "{reply:?}");
+        assert!(t.elapsed() < Duration::from_millis(400), "served in {:?}, behind a 0.8 s prefill", t.elapsed());
+    }
+    assert!(matches!(long.await.unwrap(), Frame::Token { .. }), "the long one is answered too");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_no_deadline_allows_is_busy_at_once_and_a_stalled_backend_answers_on_time_and_is_not_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let overload = OverloadConfig { ready_stalled_after: Duration::from_millis(300), ..OverloadConfig::default() };
+    // 5 ms per token of prefill, and every call takes 1.2 s.
+    let gw = start_slow(GatewayConfig { overload, ..test_config(dir.path()) }, Duration::from_millis(1200), Duration::from_millis(5)).await;
+    let (addr, ca) = (gw.local_addr().unwrap(), ca_cert(dir.path()));
+    let http = gw.http_addr.unwrap();
+    assert_eq!(http_get(http, "/readyz").await.0, 200);
+    let endpoint = client_on("127.0.0.1:0", &ca);
+    let conn = hello(&endpoint, addr, "device").await;
+    // 500 tokens at 5 ms each cannot fit 1 s: Busy at once, with a retry hint.
+    let t = Instant::now();
+    let reply = request(&conn, &escalate(1, 0, vec![7; 500], 1000)).await;
+    assert!(matches!(reply, Frame::Busy { retry_after_ms, .. } if retry_after_ms >= 1000), "{reply:?}");
+    assert!(t.elapsed() < Duration::from_millis(500), "Busy took {:?}", t.elapsed());
+    // A call that runs long: readiness says so while it runs.
+    let first = tokio::spawn({
+        let conn = conn.clone();
+        async move { request(&conn, &escalate(2, 0, vec![5, 6], 10_000)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (status, why) = http_get(http, "/readyz").await;
+    assert_eq!(status, 503, "{why}");
+    assert!(why.contains("stalled"), "{why}");
+    // Behind it, a short deadline is answered by its deadline (Busy or expired), never late.
+    let t = Instant::now();
+    let reply = request(&conn, &escalate(3, 0, vec![5, 6], 200)).await;
+    let took = t.elapsed();
+    assert!(matches!(reply, Frame::Busy { .. } | Frame::Error { code: ErrorCode::DeadlineExpired, .. }), "{reply:?}");
+    assert!(took < Duration::from_millis(450), "answered after {took:?} for a 200 ms deadline");
+    assert!(matches!(first.await.unwrap(), Frame::Token { .. }));
+    // The backend completes its calls again: ready.
+    let shared = Arc::clone(&gw.shared);
+    eventually("ready again", || shared.queue.not_ready().is_none()).await;
+    assert_eq!(http_get(http, "/readyz").await.0, 200);
+    gw.shutdown().await;
+}
