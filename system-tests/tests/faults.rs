@@ -69,12 +69,18 @@ fn slow_backend_falls_back_within_the_deadline() {
     let _gw = spawn_gateway_process(port, &cert, &key, TINY, &["--backend-delay-ms=3000"]);
     let addr = format!("127.0.0.1:{port}");
     let ca = cert.to_str().unwrap().to_string();
-    let (v, elapsed) = edge_json(&edge_args(&addr, &ca, "40", &["--deadline-max-ms", "200", "--connect-wait-ms", "5000"]));
+    // The gateway's start-up warms its backend up, which takes the backend's delay (or more):
+    // the edge waits long enough to start with a connection.
+    let (v, elapsed) = edge_json(&edge_args(&addr, &ca, "40", &["--deadline-max-ms", "200", "--connect-wait-ms", "15000"]));
     assert_eq!(v["tokens"], 40);
     assert_eq!(v["cloud_tokens"], 0, "{v}");
-    assert!(v["fallback_timeout"].as_u64().unwrap() >= 1, "{v}");
+    // Either the deadline passes, or the gateway, knowing its backend takes 3 s, answers Busy
+    // at once (and the device then stays local-only for the Busy's retry_after).
+    let refused = v["fallback_timeout"].as_u64().unwrap() + v["fallback_busy"].as_u64().unwrap();
+    assert!(refused >= 1, "{v}");
+    assert_eq!(v["fallbacks"], 40, "{v}");
     assert!(v["token_latency_ms_p99"].as_f64().unwrap() < 600.0, "{v}");
-    assert!(elapsed < Duration::from_secs(20), "took {elapsed:?}");
+    assert!(elapsed < Duration::from_secs(30), "took {elapsed:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
