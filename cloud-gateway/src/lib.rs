@@ -21,6 +21,7 @@ pub mod engine;
 pub mod fleet;
 pub mod http;
 pub mod identity;
+pub mod memory;
 pub mod server;
 pub mod sessions;
 pub mod state;

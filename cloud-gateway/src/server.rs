@@ -62,6 +62,8 @@ impl Gateway {
         let shared = Arc::new(Shared::new(&config, &facts, queue.clone(), identities));
         tasks.push(listener::spawn_accept_loop(endpoint.clone(), shared.clone()));
         tasks.push(spawn_expiry(shared.store.clone(), queue, config.session_idle));
+        // After a flood, what it held is given back to the system, not only to the allocator.
+        tasks.push(crate::memory::spawn_trimmer(shared.clone(), Duration::from_secs(5)));
         let (drained_tx, drained) = watch::channel(false);
         tasks.push(crate::drain::spawn_drain_task(endpoint.clone(), shared.clone(), drained_tx));
         let http_addr = match config.http_listen {

@@ -45,7 +45,8 @@ def pr(p):
     if p is None: return "-"
     if p.get("connect_error"): return "connect failed: " + p["connect_error"][:60]
     return f"{p['served_within_deadline']}/{p['escalations']}, p50 {p['p50_ms']:.0f} ms"
-for name, s in r.items():
+order = ['squat', 'session-flood', 'unfinished-streams', 'idle-flood', 'huge-full', 'overload']
+for name, s in sorted(r.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99):
     a = s.get("after", {})
     rec = a.get("rss_recovered_after_s")
     print(f"| {name} | {got(name, s)} | {a.get('rss_baseline_mb',0):.0f} → {a.get('rss_peak_mb',0):.0f} → {a.get('rss_after_mb',0):.0f} | {'%.1f s' % rec if rec is not None else 'no'} | {pr(a.get('probe_during'))} | {pr(a.get('probe_after'))} | {a.get('ready_after')} |")
