@@ -229,3 +229,33 @@ async fn a_full_no_deadline_allows_is_busy_at_once_and_a_stalled_backend_answers
     assert_eq!(http_get(http, "/readyz").await.0, 200);
     gw.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_holds_at_most_the_stream_limit_open_and_gets_more_once_they_end() {
+    use cloud_gateway::transport::tls::MAX_STREAMS_PER_DEVICE;
+    let dir = tempfile::tempdir().unwrap();
+    let overload = OverloadConfig { stream_read_timeout: Duration::from_millis(500), ..OverloadConfig::default() };
+    let gw = support::start_gateway(GatewayConfig { overload, ..test_config(dir.path()) }).await;
+    let (addr, ca) = (gw.local_addr().unwrap(), ca_cert(dir.path()));
+    let endpoint = client_on("127.0.0.1:0", &ca);
+    let conn = hello(&endpoint, addr, "many-streams").await;
+    // Streams that send a byte of a frame and stay open, until the gateway grants no more.
+    let mut open = Vec::new();
+    while let Ok(opened) = tokio::time::timeout(Duration::from_millis(300), conn.open_bi()).await {
+        let (mut send, recv) = opened.unwrap();
+        send.write_all(&[1]).await.unwrap();
+        open.push((send, recv));
+        assert!(open.len() <= MAX_STREAMS_PER_DEVICE as usize, "more streams open than the limit");
+    }
+    // The Hello's stream may still count while its close is acknowledged.
+    assert!(open.len() >= MAX_STREAMS_PER_DEVICE as usize - 1, "only {} streams opened", open.len());
+    // The gateway gives up on them after its read timeout (stops and resets them); once the
+    // device lets go of its halves too, streams are granted again.
+    let budget = gw.shared.buffers.clone();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(budget.total(), 0, "given up: nothing held");
+    drop(open);
+    let reply = tokio::time::timeout(Duration::from_secs(5), request(&conn, &Frame::Ping { nonce: 9 })).await.expect("streams freed");
+    assert!(matches!(reply, Frame::Pong { nonce: 9 }));
+    gw.shutdown().await;
+}
