@@ -212,7 +212,7 @@ enum Answer {
     Busy,
     Expired,
     OtherError,
-    NoAnswer,
+    Silence,
 }
 
 fn classify(reply: &anyhow::Result<Frame>) -> Answer {
@@ -221,7 +221,7 @@ fn classify(reply: &anyhow::Result<Frame>) -> Answer {
         Ok(Frame::Busy { .. }) => Answer::Busy,
         Ok(Frame::Error { code: ErrorCode::DeadlineExpired, .. }) => Answer::Expired,
         Ok(_) => Answer::OtherError,
-        Err(_) => Answer::NoAnswer,
+        Err(_) => Answer::Silence,
     }
 }
 
@@ -246,13 +246,13 @@ impl Tally {
             Answer::Busy => self.busy += 1,
             Answer::Expired => self.expired += 1,
             Answer::OtherError => self.other_error += 1,
-            Answer::NoAnswer => self.no_answer += 1,
+            Answer::Silence => self.no_answer += 1,
         }
         let after = took.as_secs_f64() * 1e3 - f64::from(deadline_ms);
-        if a != Answer::NoAnswer && after > 50.0 {
+        if a != Answer::Silence && after > 50.0 {
             self.late += 1;
         }
-        if a != Answer::NoAnswer {
+        if a != Answer::Silence {
             self.latest_after_deadline_ms = self.latest_after_deadline_ms.max(after);
         }
     }
