@@ -106,9 +106,12 @@ async fn sigterm_on_the_replica_an_edge_uses_moves_it_to_the_other_and_exits_0_w
     let (cert, key) = cert_pair(dir.path());
     let grace = format!("--drain-grace-secs={GRACE_SECS}");
     let load = Duration::from_secs(180);
+    // One pass for the resync's Full, as the 1.5B's own generate below prefills it (the default
+    // cost cap per batch would prefill it in 32-token steps, which round differently).
+    let one_pass = "--max-batch-tokens=4096";
     let mut replicas = [
-        Replica::start_ready("replica-a", &cert, &key, LLM, &[&grace], load).await,
-        Replica::start_ready("replica-b", &cert, &key, LLM, &[&grace], load).await,
+        Replica::start_ready("replica-a", &cert, &key, LLM, &[&grace, one_pass], load).await,
+        Replica::start_ready("replica-b", &cert, &key, LLM, &[&grace, one_pass], load).await,
     ];
     // What one gateway gives.
     let single = tokio::task::spawn_blocking({
