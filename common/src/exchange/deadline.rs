@@ -243,16 +243,16 @@ impl LinkHealth {
 
     /// The escalation timed out: the service estimate doubles (up to the deadline maximum)
     /// until an answer measures it again. Counts as a failure too.
-    pub fn timeout(&mut self, now: Instant) -> bool {
+    pub fn timeout(&mut self, now: Instant) {
         let max_ms = self.policy.max.as_secs_f64() * 1e3;
         self.service_ewma_ms = (self.service_ewma_ms * 2.0).max(self.policy.min.as_secs_f64() * 1e3).min(max_ms);
         self.backed_off = true;
-        self.failure(now)
+        self.failure(now);
     }
 
-    /// The escalation fell back (timeout, busy, error). Returns true when this starts (or
-    /// extends) a local-only period, the moment to check that the gateway is still alive.
-    pub fn failure(&mut self, now: Instant) -> bool {
+    /// The escalation fell back (timeout, transport, error): after `failures_to_degrade` in a
+    /// row, or any while probing, start (or extend) a local-only period.
+    pub fn failure(&mut self, now: Instant) {
         self.consecutive_failures += 1;
         let probing = self.local_until.is_some();
         if probing || self.consecutive_failures >= self.policy.failures_to_degrade {
@@ -260,9 +260,7 @@ impl LinkHealth {
                 self.current_backoff = (self.current_backoff * 2).min(self.policy.max_backoff);
             }
             self.local_until = Some(now + self.current_backoff);
-            return true;
         }
-        false
     }
 
     /// The gateway answered `Busy` and asked for no escalation for `retry_after`: stay

@@ -407,7 +407,7 @@ impl EdgeSession {
         match reason {
             FallbackReason::Timeout => self.health.timeout(now),
             _ => self.health.failure(now),
-        };
+        }
         // Only silence calls the gateway's liveness into question: after an answer (an error)
         // it is alive, and a probe could only close a working connection. Every silent
         // fallback asks (the shell runs one probe at a time), not only the one that degrades:
