@@ -82,12 +82,14 @@ pub fn duet_home() -> PathBuf {
     home.join(".cache").join("duet")
 }
 
-/// The prepare argument that produces a model id, for error messages.
+/// The prepare argument that produces a model id, for error messages: the pinned models' step,
+/// or, for any other name, `add NAME --from PATH` (your own model, converted the same way).
 fn prepare_arg(model: &str) -> String {
     match model {
         DEFAULT_SLM => " slm".into(),
         DEFAULT_LLM => " llm".into(),
         TINY_MODEL => " slm tiny".into(),
+        m if !m.is_empty() && !m.contains('/') => format!(" add {m} --from PATH"),
         _ => String::new(),
     }
 }
@@ -132,6 +134,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let err = ModelFiles::open(&dir.path().join("nope"), " slm").unwrap_err().to_string();
         assert!(err.contains("deploy/models/prepare slm"), "{err}");
+    }
+
+    #[test]
+    fn any_name_resolves_under_duet_home_and_a_missing_one_says_how_to_add_it() {
+        // Names are not restricted to the pinned models: `prepare add NAME` writes
+        // $DUET_HOME/models/NAME and every --model/--slm/--llm resolves it here.
+        let err = ModelFiles::locate("my-own-model-that-is-not-there").unwrap_err().to_string();
+        assert!(err.contains("models/my-own-model-that-is-not-there"), "{err}");
+        assert!(err.contains("deploy/models/prepare add my-own-model-that-is-not-there --from PATH"), "{err}");
+        assert_eq!(prepare_arg(DEFAULT_SLM), " slm");
+        assert_eq!(prepare_arg("./some/dir"), "");
     }
 
     #[test]
