@@ -192,6 +192,32 @@ async fn a_long_full_runs_in_steps_so_a_short_escalation_is_served_within_its_de
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_hard_token_behind_its_own_prompt_presync_is_served_not_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    // 8 ms per token of prefill: the 300-token prompt's pre-sync takes 2.4 s in 32-token steps.
+    let gw = start_slow(test_config(dir.path()), Duration::ZERO, Duration::from_millis(8)).await;
+    let (addr, ca) = (gw.local_addr().unwrap(), ca_cert(dir.path()));
+    let endpoint = client_on("127.0.0.1:0", &ca);
+    let device = hello(&endpoint, addr, "demo").await;
+    let presync = tokio::spawn({
+        let device = device.clone();
+        async move { request(&device, &escalate(1, 0, vec![7; 300], 30_000)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Four tokens later the session's first hard token, with a deadline that covers the rest of
+    // its own pre-sync (as the device's does). Weighed against its own pre-sync as well, it was
+    // refused: 2.4 s ahead plus its whole context again.
+    let t = Instant::now();
+    let delta = ContextSync::Delta { base_len: 300, tokens: TokenIds(vec![8, 9, 10, 11]) };
+    let hard = Frame::Escalate { session_id: 1, seq: 1, context: delta, sampling: WireSampling::default(), deadline_ms: 3_500 };
+    let reply = request(&device, &hard).await;
+    assert!(matches!(reply, Frame::Token { seq: 1, .. }), "the hard token gets the LLM's token: {reply:?}");
+    assert!(t.elapsed() < Duration::from_millis(3_500), "within its deadline: {:?}", t.elapsed());
+    assert!(matches!(presync.await.unwrap(), Frame::Token { seq: 0, .. }), "the pre-sync is answered too");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_no_deadline_allows_is_busy_at_once_and_a_stalled_backend_answers_on_time_and_is_not_ready() {
     let dir = tempfile::tempdir().unwrap();
     let overload = OverloadConfig { ready_stalled_after: Duration::from_millis(300), ..OverloadConfig::default() };

@@ -14,18 +14,19 @@
 //! Admission has two bounds: the count (`queue_capacity`) and the estimated cost
 //! ([`super::admission::admit`]: the work ahead plus the escalation's own prefill must fit its
 //! deadline). The cost of an escalation is the part of its context the backend has not
-//! computed for its session yet, which the batcher tracks per session as batches complete.
+//! computed for its session yet and its session's admitted work will not compute either; the
+//! [`SessionLedger`] tracks both per session, and admission weighs the escalation against the
+//! other sessions' work only (its own earlier work is covered by its device's deadline).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use dashmap::DashMap;
-
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
 
 use super::admission::{self, Ahead, CostModel, Cut, Load, ReadinessPolicy};
+use super::ledger::SessionLedger;
 use super::queue::{Admission, Batch, Escalation, Outcome, PendingQueue, Prefill};
 use crate::backend::{Backend, BackendError, BackendRequest, BackendToken};
 use crate::config::{BatcherConfig, OverloadConfig};
@@ -80,10 +81,8 @@ pub struct BatcherStats {
     batch_us: AtomicU64,
     /// Learned time per token of prefill, µs (the admission's cost model).
     token_us: AtomicU64,
-    /// Tokens of each session's context the backend has computed (as far as the batcher
-    /// knows): what a new escalation of the session costs is the rest. One entry per session
-    /// that ran, removed when the session ends or expires.
-    computed: DashMap<crate::sessions::SessionKey, usize>,
+    /// Each session's prefill state: what the backend computed, what its admitted work covers.
+    ledger: Arc<SessionLedger>,
     /// When the batcher started: the times below count from it.
     epoch: Instant,
     /// Since when work has been refused without the queue catching up since (ms + 1 after
@@ -109,7 +108,7 @@ impl BatcherStats {
             service_ms: AtomicU32::new(service_ms),
             batch_us: AtomicU64::new(u64::from(service_ms) * 1000),
             token_us: AtomicU64::new((token_ms * 1e3).round() as u64),
-            computed: DashMap::new(),
+            ledger: Arc::default(),
             epoch: Instant::now(),
             saturated_since: AtomicU64::new(0),
             refused_lately: std::sync::atomic::AtomicBool::new(false),
@@ -134,11 +133,27 @@ impl BatcherStats {
         self.token_us.store((m.token_ms * 1e3).round() as u64, Ordering::Relaxed);
     }
 
-    /// Tokens of `request`'s context its session's backend state lacks (at least 1).
+    /// Tokens of `request`'s context that neither its session's backend state holds nor its
+    /// session's admitted work will compute (at least 1).
     pub fn cost_of(&self, request: &BackendRequest) -> usize {
-        let len = request.context.len();
-        let done = self.computed.get(&request.session).map_or(0, |c| *c);
-        if done <= len { (len - done).max(1) } else { len.max(1) }
+        let w = self.ledger.get(&request.session);
+        admission::cost(request.context.len(), w.computed, w.covered)
+    }
+
+    /// Sessions with prefill state at the batcher.
+    pub fn tracked_sessions(&self) -> usize {
+        self.ledger.len()
+    }
+
+    /// Everything admitted and not answered yet.
+    fn ahead(&self) -> Ahead {
+        Ahead {
+            rows: self.in_flight.load(Ordering::Relaxed),
+            tokens: self.queued_tokens.load(Ordering::Relaxed),
+            long_rows: self.long_rows.load(Ordering::Relaxed),
+            long_tokens: self.long_tokens.load(Ordering::Relaxed),
+            warming: self.warming.load(Ordering::Relaxed) > 0,
+        }
     }
 
     /// Work was refused at `now`: saturated from now on, unless already, until the batcher
@@ -174,15 +189,11 @@ impl BatchQueue {
     pub fn try_submit(&self, request: BackendRequest, deadline: Instant) -> Result<oneshot::Receiver<Outcome>, QueueFull> {
         let now = Instant::now();
         let stats = &self.stats;
-        let cost = stats.cost_of(&request);
+        let own = stats.ledger.get(&request.session);
+        let cost = admission::cost(request.context.len(), own.computed, own.covered);
         let model = stats.cost_model();
-        let ahead = Ahead {
-            rows: stats.in_flight.load(Ordering::Relaxed),
-            tokens: stats.queued_tokens.load(Ordering::Relaxed),
-            long_rows: stats.long_rows.load(Ordering::Relaxed),
-            long_tokens: stats.long_tokens.load(Ordering::Relaxed),
-            warming: stats.warming.load(Ordering::Relaxed) > 0,
-        };
+        let all = stats.ahead();
+        let ahead = admission::others(all, own.pending);
         let busy = |retry_after_ms: u32, why: &'static str| {
             metrics::counter!("duet_gateway_escalations_busy_total").increment(1);
             metrics::counter!("duet_gateway_admission_refused_total", "reason" => why).increment(1);
@@ -197,14 +208,16 @@ impl BatchQueue {
             return busy(retry_after_ms, "cost");
         }
         let Some(admission) = Admission::try_take(&stats.in_flight, self.capacity) else {
-            let drain_ms = model.estimate_ms(ahead.rows, ahead.tokens + ahead.long_tokens, self.cut.max_batch).max(f64::from(stats.service_ms.load(Ordering::Relaxed)));
+            let drain_ms = model.estimate_ms(all.rows, all.tokens + all.long_tokens, self.cut.max_batch).max(f64::from(stats.service_ms.load(Ordering::Relaxed)));
             return busy(admission::retry_after_ms(drain_ms), "capacity");
         };
-        let admission = if cost <= self.cut.max_batch_tokens {
+        let work = Ahead::of(cost, self.cut);
+        let admission = if work.long_rows == 0 {
             admission.with_tokens(&stats.queued_tokens, cost)
         } else {
             admission.with_tokens(&stats.long_tokens, cost).with_tokens(&stats.long_rows, 1)
         };
+        let admission = admission.with_claim(stats.ledger.claim(&request.session, request.context.len(), work));
         let (esc, rx) = Escalation::new(request, deadline, now);
         let esc = esc.with_cost(cost);
         // Traced under the caller's current span (the connection's `gateway.escalation`).
@@ -389,18 +402,18 @@ impl BatcherState {
         let rows = self.running.len() + self.prefilling.len();
         for (step, ok) in std::mem::take(&mut self.prefilling).into_iter().zip(prefilled) {
             if ok {
-                self.stats.computed.insert(step.request.session, step.upto);
+                self.stats.ledger.computed(&step.request.session, step.upto);
             } else {
-                self.stats.computed.remove(&step.request.session);
+                self.stats.ledger.forget_computed(&step.request.session);
             }
         }
         for (esc, result) in self.running.iter().zip(&results) {
             if result.is_ok() {
-                self.stats.computed.insert(esc.session().clone(), esc.request.context.len());
+                self.stats.ledger.computed(esc.session(), esc.request.context.len());
             }
         }
         for key in self.ended.drain(..) {
-            self.stats.computed.remove(&key);
+            self.stats.ledger.remove(&key);
             backend.end_session(&key);
         }
         self.backend = Some(backend);
@@ -480,7 +493,7 @@ impl Actor for Batcher {
                 state.queue.end_session(&key);
                 match state.backend.as_mut() {
                     Some(b) => {
-                        state.stats.computed.remove(&key);
+                        state.stats.ledger.remove(&key);
                         b.end_session(&key)
                     }
                     None => state.ended.push(key),

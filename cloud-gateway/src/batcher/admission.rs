@@ -8,6 +8,14 @@
 //! learned from the batches the backend ran: a fixed time per batch plus a time per token of
 //! prefill. A refusal says how long the queue ahead should take to clear (`retry_after_ms`).
 //!
+//! Work a device has already paid for is not refused: an escalation's own cost is only the
+//! part of its context that neither the backend holds nor its session's earlier admitted work
+//! (its prompt's pre-sync, typically) will compute ([`cost`]), and that earlier work is not
+//! held against it ([`others`]): the device's deadline already allows for the prefill it sent
+//! (ARCHITECTURE.md, "Deadlines"). Without this, a device's first hard token, asked while the
+//! gateway still prefilled the same session's prompt, was refused for the prompt's cost twice
+//! over, and a CommonsenseQA answer got no cloud token at all.
+//!
 //! [`not_ready`] is what `/readyz` says about the batcher: not ready while it has been
 //! saturated (refusing work, not caught up since) for longer than a grace period, or while
 //! one batch has been running for too long (a stalled backend); ready again once it has
@@ -76,6 +84,53 @@ pub struct Ahead {
     pub long_tokens: usize,
     /// Whether sessions wait to be warmed (a warming step may be running).
     pub warming: bool,
+}
+
+impl Ahead {
+    /// Both amounts of work together.
+    pub fn plus(self, o: Ahead) -> Ahead {
+        Ahead {
+            rows: self.rows + o.rows,
+            tokens: self.tokens + o.tokens,
+            long_rows: self.long_rows + o.long_rows,
+            long_tokens: self.long_tokens + o.long_tokens,
+            warming: self.warming || o.warming,
+        }
+    }
+
+    /// This work without `o` (counts never go below zero; `warming` is kept).
+    pub fn minus(self, o: Ahead) -> Ahead {
+        Ahead {
+            rows: self.rows.saturating_sub(o.rows),
+            tokens: self.tokens.saturating_sub(o.tokens),
+            long_rows: self.long_rows.saturating_sub(o.long_rows),
+            long_tokens: self.long_tokens.saturating_sub(o.long_tokens),
+            warming: self.warming,
+        }
+    }
+
+    /// The work an admitted escalation of `cost` tokens adds, given the cut's cost cap.
+    pub fn of(cost: usize, cut: Cut) -> Ahead {
+        if cost <= cut.max_batch_tokens {
+            Ahead { rows: 1, tokens: cost, ..Ahead::default() }
+        } else {
+            Ahead { rows: 1, long_rows: 1, long_tokens: cost, ..Ahead::default() }
+        }
+    }
+}
+
+/// Tokens of prefill a new escalation with a context of `len` tokens costs, for a session whose
+/// backend state holds `computed` tokens and whose admitted work reaches `covered`: the rest of
+/// its context, at least one (a context shorter than both is a new one: all of it).
+pub fn cost(len: usize, computed: usize, covered: usize) -> usize {
+    let done = computed.max(covered);
+    if done <= len { (len - done).max(1) } else { len.max(1) }
+}
+
+/// The work ahead of a new escalation that admission weighs: everything admitted (`all`) but
+/// the escalation's own session's work (`own`), which its device's deadline already covers.
+pub fn others(all: Ahead, own: Ahead) -> Ahead {
+    all.minus(own)
 }
 
 /// How batches are cut, as far as the estimate needs it.
@@ -226,6 +281,45 @@ mod tests {
         assert!(admit(&m, CUT, behind_warming, 1, 2_400 * MS).is_ok());
         // Another long one waits for all of it.
         assert!(admit(&m, CUT, behind_long, 200, 30_000 * MS).is_err());
+    }
+
+    #[test]
+    fn a_first_hard_token_behind_its_own_prompts_presync_is_admitted_for_its_delta() {
+        // The demo's case: a 130-token prompt pre-sync queued (a long prefill at a cap of 128),
+        // then the session's first hard token, 4 tokens later, with a 3 s deadline.
+        let m = learned();
+        let presync = Ahead::of(130, CUT);
+        let all = presync;
+        // Counted as before (the whole context again, behind its own pre-sync): 4.7 s.
+        let old_cost = 134;
+        assert!(admit(&m, CUT, all, old_cost, 3_000 * MS).is_err(), "the old estimate refused it");
+        // Now: it costs its delta, and its own pre-sync is not held against it.
+        let cost = cost(134, 0, 130);
+        assert_eq!(cost, 4);
+        assert!(admit(&m, CUT, others(all, presync), cost, 3_000 * MS).is_ok());
+    }
+
+    #[test]
+    fn another_sessions_presync_still_counts_against_a_deadline() {
+        let m = learned();
+        let theirs = Ahead::of(4_000, CUT);
+        let mine = Ahead::of(4, CUT);
+        let all = theirs.plus(mine);
+        // Behind a step of their long prefill (2.36 s) plus its own batch filled by the next.
+        assert!(admit(&m, CUT, others(all, mine), 4, 3_000 * MS).is_err());
+        assert!(admit(&m, CUT, others(all, mine), 4, 5_000 * MS).is_ok());
+    }
+
+    #[test]
+    fn an_escalation_costs_what_neither_the_backend_nor_its_sessions_work_computes() {
+        assert_eq!(cost(134, 0, 0), 134, "a new session: all of it");
+        assert_eq!(cost(134, 100, 0), 34);
+        assert_eq!(cost(134, 100, 130), 4, "its pre-sync will compute 130");
+        assert_eq!(cost(130, 130, 0), 1, "at least one");
+        assert_eq!(cost(20, 130, 0), 20, "a shorter context is a new one");
+        let a = Ahead { rows: 3, tokens: 10, long_rows: 1, long_tokens: 500, warming: true };
+        assert_eq!(others(a, a), Ahead { warming: true, ..Ahead::default() });
+        assert_eq!(others(Ahead::default(), a), Ahead::default(), "never below zero");
     }
 
     #[test]

@@ -68,6 +68,8 @@ pub enum Outcome {
 pub struct Admission {
     in_flight: Arc<AtomicUsize>,
     counted: Vec<(Arc<AtomicUsize>, usize)>,
+    /// The session's share of the work, released with the rest.
+    claim: Option<super::ledger::SessionClaim>,
 }
 
 impl Admission {
@@ -78,13 +80,19 @@ impl Admission {
             in_flight.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
-        Some(Self { in_flight: in_flight.clone(), counted: Vec::new() })
+        Some(Self { in_flight: in_flight.clone(), counted: Vec::new(), claim: None })
     }
 
     /// Also add `n` to `counter` until this is dropped.
     pub fn with_tokens(mut self, counter: &Arc<AtomicUsize>, n: usize) -> Self {
         counter.fetch_add(n, Ordering::AcqRel);
         self.counted.push((counter.clone(), n));
+        self
+    }
+
+    /// Also hold the session's claim on this work (its ledger entry) until this is dropped.
+    pub fn with_claim(mut self, claim: super::ledger::SessionClaim) -> Self {
+        self.claim = Some(claim);
         self
     }
 }
