@@ -14,11 +14,15 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use super::{Dialect, EngineError, EngineModel, EngineReply, HttpCall, NextTokenRequest, EngineSpec};
+use super::{Dialect, EngineError, EngineModel, EngineReply, EngineSpec, HttpCall, NextTokenRequest, PromptChoice, PromptChoicesRequest};
 
 /// Largest engine response read, bytes: a one-token answer is a few hundred bytes, so anything
 /// near this is a broken engine, not an answer.
 pub const MAX_RESPONSE_BYTES: usize = 1 << 20;
+
+/// Largest prompt-choices response read, bytes: prompt log-probabilities take up to a few
+/// hundred bytes per position (vLLM names every token), so a 32k-token sequence fits.
+pub const MAX_CHOICES_RESPONSE_BYTES: usize = 64 << 20;
 
 /// Talks to one engine worker.
 #[derive(Debug, Clone)]
@@ -85,6 +89,21 @@ impl EngineClient {
         Ok(reply)
     }
 
+    /// The LLM's choice at every position `request` asks for, each call of the dialect made in
+    /// order (llama-server: one per position, so the slot's cache grows by one token a call),
+    /// each within `timeout`.
+    pub async fn prompt_choices(&self, request: &PromptChoicesRequest<'_>, timeout: Duration) -> Result<Vec<PromptChoice>, EngineError> {
+        let mut bodies = Vec::new();
+        for call in self.dialect.prompt_choices_calls(request) {
+            bodies.push(self.call_limited(&call, timeout, None, MAX_CHOICES_RESPONSE_BYTES).await?);
+        }
+        let choices = self.dialect.parse_prompt_choices(request, &bodies)?;
+        if choices.len() != request.positions().len() {
+            return Err(EngineError::BadResponse(format!("{} choices for {} positions", choices.len(), request.positions().len())));
+        }
+        Ok(choices)
+    }
+
     /// Whether the engine says it can serve (its health path answers 2xx within `timeout`).
     pub async fn is_healthy(&self, timeout: Duration) -> bool {
         self.call(&HttpCall::get(self.dialect.health_path()), timeout).await.is_ok()
@@ -110,6 +129,11 @@ impl EngineClient {
 
     /// [`Self::call`] with a W3C `traceparent` header when given.
     async fn call_traced(&self, call: &HttpCall, timeout: Duration, traceparent: Option<String>) -> Result<Vec<u8>, EngineError> {
+        self.call_limited(call, timeout, traceparent, MAX_RESPONSE_BYTES).await
+    }
+
+    /// [`Self::call_traced`] reading at most `limit` bytes of the answer.
+    async fn call_limited(&self, call: &HttpCall, timeout: Duration, traceparent: Option<String>, limit: usize) -> Result<Vec<u8>, EngineError> {
         let url = format!("{}{}", self.base, call.path);
         let mut builder = match &call.body {
             Some(body) => self.http.post(url).json(body),
@@ -122,14 +146,14 @@ impl EngineClient {
             let mut response = builder.send().await.map_err(transport)?;
             let status = response.status();
             if let Some(len) = response.content_length() {
-                if len as usize > MAX_RESPONSE_BYTES {
-                    return Err(EngineError::BadResponse(format!("response of {len} bytes exceeds {MAX_RESPONSE_BYTES}")));
+                if len as usize > limit {
+                    return Err(EngineError::BadResponse(format!("response of {len} bytes exceeds {limit}")));
                 }
             }
             let mut body = Vec::new();
             while let Some(chunk) = response.chunk().await.map_err(transport)? {
-                if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
-                    return Err(EngineError::BadResponse(format!("response exceeds {MAX_RESPONSE_BYTES} bytes")));
+                if body.len() + chunk.len() > limit {
+                    return Err(EngineError::BadResponse(format!("response exceeds {limit} bytes")));
                 }
                 body.extend_from_slice(&chunk);
             }
@@ -242,6 +266,27 @@ mod tests {
         assert_eq!(call.parent_span_id, backend.span_context.span_id());
         let expected = format!("00-{}-{}-01", call.span_context.trace_id(), call.span_context.span_id());
         assert_eq!(*seen.lock().unwrap(), vec![None, Some(expected)]);
+    }
+
+    #[tokio::test]
+    async fn prompt_choices_make_the_dialects_calls_in_order_and_read_every_answer() {
+        // A llama-server stand-in whose greedy token is the prompt's length (runner-up +100).
+        let app = axum::Router::new().route(
+            "/completion",
+            axum::routing::post(|axum::Json(b): axum::Json<serde_json::Value>| async move {
+                let n = b["prompt"].as_array().map_or(0, Vec::len);
+                let top = serde_json::json!([{"id": n, "logprob": -0.5}, {"id": n + 100, "logprob": -2.0}]);
+                axum::Json(serde_json::json!({"tokens": [n], "completion_probabilities": [{"id": n, "logprob": -0.5, "top_logprobs": top}]}))
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let spec: EngineSpec = format!("llamacpp=http://{}", listener.local_addr().unwrap()).parse().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let client = EngineClient::new(&spec, std::sync::Arc::new(crate::engine::llamacpp::LlamaCppDialect)).unwrap();
+        let request = PromptChoicesRequest { tokens: &[9, 9, 9, 9, 9], first: 2, runner_up: true, slot: Some(0) };
+        let choices = client.prompt_choices(&request, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(choices.iter().map(|c| c.best.id).collect::<Vec<_>>(), vec![2, 3, 4], "positions 2, 3, 4 in order");
+        assert_eq!(choices.iter().map(|c| c.runner_up.map(|t| t.id)).collect::<Vec<_>>(), vec![Some(102), Some(103), Some(104)]);
     }
 
     #[test]

@@ -71,6 +71,16 @@ pub async fn connect_with(config: PoolConfig, expected: &ExpectedVocabulary, wai
     Ok((pool, facts))
 }
 
+/// One engine at `spec`'s URL, outside any pool (the router lab's teacher): the same dialect
+/// choice and start-up checks a gateway's worker passes (healthy within `wait`, the devices'
+/// vocabulary), without discovery.
+pub async fn connect_single(spec: &EngineSpec, expected: &ExpectedVocabulary, wait: Duration) -> anyhow::Result<(EngineClient, EngineModel)> {
+    if spec.discover {
+        anyhow::bail!("engine {spec}: one worker is needed here, not dns+ discovery");
+    }
+    connect_one(spec, None, expected, wait).await
+}
+
 /// One worker (`pin`: the address of a discovered one): the right dialect (vLLM's depends on
 /// what the server offers), then the checks.
 pub(crate) async fn connect_one(spec: &EngineSpec, pin: Option<IpAddr>, expected: &ExpectedVocabulary, wait: Duration) -> anyhow::Result<(EngineClient, EngineModel)> {

@@ -14,10 +14,21 @@
 //!   `meta.n_vocab` and `meta.n_ctx` (per slot); `POST /tokenize` `{content, add_special}`.
 //!
 //! The server checks every prompt id against its vocabulary and answers 400 otherwise.
+//!
+//! Prompt choices (the router lab's teacher, [`PromptChoicesRequest`]): llama-server returns
+//! probabilities only for generated tokens, never for the prompt, so the LLM's choice at
+//! position `i` is the greedy next-token call for `tokens[..i]` with `n_probs` 1 (2 with the
+//! runner-up): one request per position, made in order and pinned to one slot (`id_slot`)
+//! with `cache_prompt`, so each prefills the one token the previous request did not have on
+//! the slot's cached prefix. A sequence of N positions costs N requests (N one-token steps, as
+//! the in-process teacher's decode steps, plus an HTTP round trip each), where SGLang and vLLM
+//! take one prefill.
+
+use common::sampling::SamplingParams;
 
 use serde_json::{json, Value};
 
-use super::{first_listed_model, parse_json, token_id, Dialect, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest};
+use super::{first_listed_model, parse_json, token_id, Dialect, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest, PromptChoice, PromptChoicesRequest};
 
 /// The `llama-server` dialect.
 #[derive(Debug, Clone, Copy, Default)]
@@ -112,6 +123,40 @@ impl Dialect for LlamaCppDialect {
         let v = parse_json(body)?;
         v.get("tokens").and_then(Value::as_array).ok_or_else(|| missing("tokens"))?.iter().map(token_id).collect()
     }
+
+    fn prompt_choices_calls(&self, r: &PromptChoicesRequest<'_>) -> Vec<HttpCall> {
+        let greedy = SamplingParams::default();
+        r.positions()
+            .map(|at| self.next_token_call(&NextTokenRequest { context: &r.tokens[..at], sampling: &greedy, seed: None, max_new_tokens: 1, top_logprobs: r.top_n(), slot: r.slot }))
+            .collect()
+    }
+
+    fn parse_prompt_choices(&self, r: &PromptChoicesRequest<'_>, bodies: &[Vec<u8>]) -> Result<Vec<PromptChoice>, EngineError> {
+        if bodies.len() != r.positions().len() {
+            return Err(EngineError::BadResponse(format!("{} /completion answers for {} positions", bodies.len(), r.positions().len())));
+        }
+        bodies.iter().map(|body| self.parse_choice(body, r.runner_up)).collect()
+    }
+}
+
+impl LlamaCppDialect {
+    /// One per-position answer: the generated (greedy) token, and the best other entry of its
+    /// `top_logprobs` as the runner-up.
+    fn parse_choice(&self, body: &[u8], runner_up: bool) -> Result<PromptChoice, EngineError> {
+        let best = *self.parse_next_token(body)?.tokens.first().ok_or_else(|| missing("tokens"))?;
+        if !runner_up {
+            return Ok(PromptChoice { best, runner_up: None });
+        }
+        let v = parse_json(body)?;
+        let top = v.pointer("/completion_probabilities/0/top_logprobs").and_then(Value::as_array).ok_or_else(|| missing("completion_probabilities[0].top_logprobs"))?;
+        let mut others = Vec::with_capacity(top.len());
+        for e in top {
+            let id = e.get("id").map_or(Err(missing("top_logprobs[].id")), token_id)?;
+            others.push(EngineToken { id, logprob: e.get("logprob").and_then(Value::as_f64).map(|l| l as f32) });
+        }
+        let second = PromptChoice::from_candidates(&others, true).and_then(|c| if c.best.id == best.id { c.runner_up } else { Some(c.best) });
+        Ok(PromptChoice { best, runner_up: second })
+    }
 }
 
 fn missing(field: &str) -> EngineError {
@@ -180,6 +225,45 @@ mod tests {
         for body in ["", "<html>502</html>", "{}", r#"{"tokens":[]}"#, r#"{"tokens":[-1]}"#, r#"{"tokens":[1.5]}"#, r#"{"tokens":[4294967296]}"#, r#"{"tokens":"x"}"#, r#"{"completion_probabilities":[{"token":"a"}]}"#] {
             assert!(matches!(LlamaCppDialect.parse_next_token(body.as_bytes()), Err(EngineError::BadResponse(_))), "{body}");
         }
+    }
+
+    #[test]
+    fn prompt_choices_are_one_greedy_request_per_position_on_the_pinned_slot_with_the_cache_on() {
+        let r = PromptChoicesRequest { tokens: &[151644, 872, 198, 3838, 374], first: 3, runner_up: true, slot: Some(0) };
+        let calls = LlamaCppDialect.prompt_choices_calls(&r);
+        assert_eq!(calls.len(), 2, "one per position: 3 and 4");
+        for (call, prefix) in calls.iter().zip([json!([151644, 872, 198]), json!([151644, 872, 198, 3838])]) {
+            assert_eq!(call.path, "/completion");
+            let b = call.body.as_ref().unwrap();
+            assert_eq!(b["prompt"], prefix, "the tokens before the position");
+            assert_eq!((b["n_predict"].clone(), b["top_k"].clone(), b["temperature"].clone()), (json!(1), json!(1), json!(0.0)));
+            assert_eq!((b["cache_prompt"].clone(), b["id_slot"].clone(), b["n_probs"].clone()), (json!(true), json!(0), json!(2)));
+            assert_eq!(b["repeat_penalty"], 1.0);
+        }
+        let one = LlamaCppDialect.prompt_choices_calls(&PromptChoicesRequest { runner_up: false, slot: None, ..r });
+        assert_eq!(one[0].body.as_ref().unwrap()["n_probs"], 1);
+        assert!(one[0].body.as_ref().unwrap().get("id_slot").is_none(), "no slot asked, none pinned");
+        assert_eq!(LlamaCppDialect.prompt_choices_calls(&PromptChoicesRequest { first: 0, ..r }).len(), 4, "position 0 has no choice");
+        assert!(LlamaCppDialect.prompt_choices_calls(&PromptChoicesRequest { first: 5, ..r }).is_empty());
+    }
+
+    /// A `/completion` answer with `n_probs: 2`, composed in the shape of [`COMPLETION`].
+    const COMPLETION_TOP2: &str = r#"{"tokens":[3838],"completion_probabilities":[{"id":3838,"token":"What","bytes":[87,104,97,116],"logprob":-0.61,"top_logprobs":[{"id":3838,"token":"What","bytes":[87,104,97,116],"logprob":-0.61},{"id":40,"token":"I","bytes":[73],"logprob":-1.02}]}],"tokens_evaluated":4,"timings":{"cache_n":3,"prompt_n":1}}"#;
+
+    #[test]
+    fn prompt_choices_read_each_answer_in_order_with_its_runner_up() {
+        let r = PromptChoicesRequest { tokens: &[151644, 872, 198, 3838, 374], first: 3, runner_up: true, slot: Some(0) };
+        let bodies = vec![COMPLETION_TOP2.as_bytes().to_vec(), COMPLETION.as_bytes().to_vec()];
+        let choices = LlamaCppDialect.parse_prompt_choices(&r, &bodies).unwrap();
+        assert_eq!(choices[0], PromptChoice { best: EngineToken { id: 3838, logprob: Some(-0.61) }, runner_up: Some(EngineToken { id: 40, logprob: Some(-1.02) }) });
+        assert_eq!(choices[1], PromptChoice { best: EngineToken { id: 0, logprob: Some(-0.005_397_735) }, runner_up: None }, "n_probs 1 lists the best alone");
+        let without = LlamaCppDialect.parse_prompt_choices(&PromptChoicesRequest { runner_up: false, ..r }, &bodies).unwrap();
+        assert!(without.iter().all(|c| c.runner_up.is_none()));
+        assert!(LlamaCppDialect.parse_prompt_choices(&r, &bodies[..1]).is_err(), "an answer per position");
+        let broken = vec![COMPLETION_TOP2.as_bytes().to_vec(), br#"{"tokens":[]}"#.to_vec()];
+        assert!(matches!(LlamaCppDialect.parse_prompt_choices(&r, &broken), Err(EngineError::BadResponse(_))));
+        let no_top = vec![br#"{"tokens":[5]}"#.to_vec(), COMPLETION.as_bytes().to_vec()];
+        assert!(LlamaCppDialect.parse_prompt_choices(&r, &no_top).is_err(), "a runner-up asked for needs top_logprobs");
     }
 
     /// The fields this dialect reads, for [`crate::engine::testing::jsonish`].

@@ -12,6 +12,11 @@
 //! mapping between a [`NextTokenRequest`] and one engine's JSON, tested field by field against
 //! the engine's documented bodies without a server. [`client::EngineClient`] is the I/O around
 //! it.
+//!
+//! The same dialects serve the router lab, which labels training data with the LLM an engine
+//! serves ([`PromptChoicesRequest`]: the LLM's greedy choice at every position of a token-id
+//! sequence): one mapping per engine for both uses, so the lab's teacher and the gateway's
+//! escalations cannot drift apart in how they ask an engine for a greedy token.
 
 pub mod client;
 pub mod connect;
@@ -166,6 +171,62 @@ pub struct EngineReply {
     pub cached_tokens: Option<u32>,
 }
 
+/// What the router lab asks an engine for: the LLM's greedy choice at every position of
+/// `tokens` from `first` on, each given the tokens before it (teacher forcing). Engines with
+/// prompt log-probabilities (SGLang, vLLM) answer it in one request; llama-server needs one
+/// request per position (see [`llamacpp`]).
+#[derive(Debug, Clone, Copy)]
+pub struct PromptChoicesRequest<'a> {
+    /// The whole sequence; its last token is never predicted from, only predicted.
+    pub tokens: &'a [u32],
+    /// First position wanted (at least 1: nothing predicts position 0).
+    pub first: usize,
+    /// Also the second-best token at each position: the gap between the two tells a near-tie.
+    pub runner_up: bool,
+    /// llama.cpp slot to pin the per-position requests to (each then prefills one token on the
+    /// slot's cached prefix); other engines ignore it.
+    pub slot: Option<u32>,
+}
+
+impl PromptChoicesRequest<'_> {
+    /// The positions answered, in order: `max(first, 1)..tokens.len()`.
+    pub fn positions(&self) -> std::ops::Range<usize> {
+        self.first.max(1)..self.tokens.len().max(self.first.max(1))
+    }
+
+    /// Top log-probabilities to ask for per position: 2 with the runner-up, else 1.
+    pub fn top_n(&self) -> u32 {
+        if self.runner_up {
+            2
+        } else {
+            1
+        }
+    }
+}
+
+/// The LLM's choice at one position of a [`PromptChoicesRequest`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PromptChoice {
+    /// Its greedy (argmax) token, with its log-probability when the engine reports it.
+    pub best: EngineToken,
+    /// The second-best token, when asked for and reported.
+    pub runner_up: Option<EngineToken>,
+}
+
+impl PromptChoice {
+    /// The best and second-best of `candidates` (any order) by log-probability; the earlier of
+    /// equals wins. `None` when there is no candidate.
+    pub fn from_candidates(candidates: &[EngineToken], runner_up: bool) -> Option<Self> {
+        let key = |t: &EngineToken| t.logprob.unwrap_or(f32::NEG_INFINITY);
+        let mut sorted: Vec<EngineToken> = candidates.to_vec();
+        // Stable: ties keep the engine's order.
+        sorted.sort_by(|a, b| key(b).total_cmp(&key(a)));
+        let best = *sorted.first()?;
+        let second = sorted.iter().find(|t| t.id != best.id).copied().filter(|_| runner_up);
+        Some(Self { best, runner_up: second })
+    }
+}
+
 /// What an engine says about its model at start-up.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct EngineModel {
@@ -288,6 +349,23 @@ pub trait Dialect: Send + Sync + fmt::Debug {
     fn tokenize_call(&self, text: &str) -> Option<HttpCall>;
     /// Read [`Dialect::tokenize_call`]'s answer.
     fn parse_tokenize(&self, body: &[u8]) -> Result<Vec<u32>, EngineError>;
+    /// The calls that answer a [`PromptChoicesRequest`], to be made in order: one for an
+    /// engine that returns prompt log-probabilities, one per position for one that does not.
+    fn prompt_choices_calls(&self, request: &PromptChoicesRequest<'_>) -> Vec<HttpCall>;
+    /// Read the answers (2xx bodies, in the order of the calls): one choice per position of
+    /// [`PromptChoicesRequest::positions`].
+    fn parse_prompt_choices(&self, request: &PromptChoicesRequest<'_>, bodies: &[Vec<u8>]) -> Result<Vec<PromptChoice>, EngineError>;
+}
+
+/// A prompt-logprob list aligned on the sequence: entry `i` is position `i` when the list has
+/// one entry per token (the first one null), and a list one shorter (no leading null) is
+/// aligned on its end. The entries of `positions`, or an error naming the engine.
+pub(crate) fn aligned_positions<'a>(entries: &'a [serde_json::Value], tokens: usize, positions: std::ops::Range<usize>, engine: &str) -> Result<&'a [serde_json::Value], EngineError> {
+    let offset = tokens.checked_sub(entries.len()).filter(|&o| o <= positions.start);
+    match offset {
+        Some(o) => Ok(&entries[positions.start - o..positions.end - o]),
+        None => Err(EngineError::BadResponse(format!("{engine} returned {} prompt logprob entries for {tokens} tokens, positions {positions:?} wanted", entries.len()))),
+    }
 }
 
 /// Parse a JSON body, with an error that names the engine's API.

@@ -27,12 +27,19 @@
 //! - `POST /tokenize` `{prompt, add_special_tokens}` → `{tokens, count, max_model_len}` works
 //!   only on a server that loaded its tokenizer.
 //!
+//! - prompt choices (the router lab's teacher, [`PromptChoicesRequest`]): the next-token call
+//!   for the whole sequence with `logprob_start_len: 0` and `top_logprobs_num` 1 or 2 adds
+//!   `meta_info.input_top_logprobs`, one list per prompt position of `[logprob, token_id,
+//!   text-or-null]` best first, whose first entry (nothing predicts the first token) is null;
+//!   the one generated token is not used. SGLang recomputes the logits of every position from
+//!   `logprob_start_len` on, cached or not: a teacher's request, never an escalation's.
+//!
 //! SGLang is not run on the project's machines (no GPU): the tests below check the mapping
 //! against the bodies the documentation prints.
 
 use serde_json::{json, Value};
 
-use super::{parse_json, token_id, Dialect, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest};
+use super::{aligned_positions, parse_json, token_id, Dialect, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest, PromptChoice, PromptChoicesRequest};
 
 /// Path of the next-token call.
 pub const GENERATE_PATH: &str = "/generate";
@@ -182,6 +189,47 @@ impl Dialect for SglangDialect {
         let v = parse_json(body)?;
         v.get("tokens").and_then(Value::as_array).ok_or_else(|| missing("tokens"))?.iter().map(token_id).collect()
     }
+
+    fn prompt_choices_calls(&self, r: &PromptChoicesRequest<'_>) -> Vec<HttpCall> {
+        if r.positions().is_empty() {
+            return Vec::new();
+        }
+        let greedy = common::sampling::SamplingParams::default();
+        let next = NextTokenRequest { context: r.tokens, sampling: &greedy, seed: None, max_new_tokens: 1, top_logprobs: r.top_n(), slot: None };
+        let mut call = self.next_token_call(&next);
+        if let Some(body) = call.body.as_mut() {
+            body["logprob_start_len"] = json!(0);
+        }
+        vec![call]
+    }
+
+    fn parse_prompt_choices(&self, r: &PromptChoicesRequest<'_>, bodies: &[Vec<u8>]) -> Result<Vec<PromptChoice>, EngineError> {
+        let positions = r.positions();
+        let [body] = bodies else {
+            return if positions.is_empty() { Ok(Vec::new()) } else { Err(bad(format!("expected one /generate answer, got {}", bodies.len()))) };
+        };
+        let v = parse_json(body)?;
+        if let Some(error) = v.get("error") {
+            return Err(bad(format!("SGLang reported an error: {}", clip(error))));
+        }
+        let meta = v.get("meta_info").filter(|m| m.is_object()).ok_or_else(|| missing("meta_info"))?;
+        let entries = meta.get("input_top_logprobs").and_then(Value::as_array).ok_or_else(|| missing("meta_info.input_top_logprobs (a server that predates top_logprobs_num?)"))?;
+        aligned_positions(entries, r.tokens.len(), positions.clone(), "SGLang")?
+            .iter()
+            .zip(positions)
+            .map(|(entry, at)| {
+                let candidates = entry.as_array().ok_or_else(|| bad(format!("meta_info.input_top_logprobs at position {at} is {}", clip(entry))))?.iter().map(top_entry).collect::<Result<Vec<_>, _>>()?;
+                PromptChoice::from_candidates(&candidates, r.runner_up).ok_or_else(|| bad(format!("no top logprob at position {at}")))
+            })
+            .collect()
+    }
+}
+
+/// One `[logprob, token_id, text-or-null]` entry of a top-logprobs list.
+fn top_entry(e: &Value) -> Result<EngineToken, EngineError> {
+    let id = e.get(1).map_or(Err(missing("a top logprob's token id")), token_id)?;
+    let logprob = e.get(0).and_then(Value::as_f64).map(|l| l as f32);
+    Ok(EngineToken { id, logprob })
 }
 
 /// The logprob of generated token `i` (of `n`) with id `id`: the entries are aligned on the last
@@ -442,8 +490,83 @@ mod tests {
         }
     }
 
+    fn choices_request(runner_up: bool) -> PromptChoicesRequest<'static> {
+        PromptChoicesRequest { tokens: &[151644, 872, 198, 3838, 374], first: 3, runner_up, slot: Some(0) }
+    }
+
+    #[test]
+    fn prompt_choices_are_one_greedy_request_for_the_top_logprobs_of_every_prompt_position() {
+        let calls = SglangDialect::new().prompt_choices_calls(&choices_request(true));
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].path, "/generate");
+        let b = calls[0].body.clone().unwrap();
+        assert_eq!(b["input_ids"], json!([151644, 872, 198, 3838, 374]));
+        assert_eq!((b["return_logprob"].clone(), b["logprob_start_len"].clone(), b["top_logprobs_num"].clone()), (json!(true), json!(0), json!(2)));
+        let p = &b["sampling_params"];
+        assert_eq!((p["max_new_tokens"].clone(), p["top_k"].clone()), (json!(1), json!(-1)));
+        assert!(approx(&p["temperature"], 0.0) && approx(&p["repetition_penalty"], 1.0), "greedy, no penalty: {p}");
+        assert!(b.get("id_slot").is_none(), "slots are llama.cpp's");
+        let b = SglangDialect::new().prompt_choices_calls(&choices_request(false))[0].body.clone().unwrap();
+        assert_eq!(b["top_logprobs_num"], 1, "the best token alone");
+        let nothing = PromptChoicesRequest { first: 5, ..choices_request(false) };
+        assert!(SglangDialect::new().prompt_choices_calls(&nothing).is_empty(), "no position, no request");
+        assert_eq!(SglangDialect::new().parse_prompt_choices(&nothing, &[]).unwrap(), vec![]);
+    }
+
+    // The answer to that request in the shape `tokenizer_manager.py` builds with
+    // `return_logprob`, `logprob_start_len: 0` and `top_logprobs_num: 2` on a server without
+    // `return_text_in_logprobs`: `input_token_logprobs` has one `[logprob, id, null]` per prompt
+    // token (the first logprob null), `input_top_logprobs` one best-first list per position (the
+    // first null), then the generated token's. Values composed.
+    const PROMPT_TOP_LOGPROBS: &str = r#"{"output_ids": [13], "meta_info": {"id": "c0ffee", "finish_reason": {"type": "length", "length": 1}, "prompt_tokens": 5, "weight_version": "default", "completion_tokens": 1, "cached_tokens": 0,
+        "input_token_logprobs": [[null, 151644, null], [-9.1, 872, null], [-0.02, 198, null], [-2.4, 3838, null], [-0.4, 374, null]],
+        "output_token_logprobs": [[-0.8, 13, null]],
+        "input_top_logprobs": [null, [[-0.9, 8948, null], [-1.3, 872, null]], [[-0.02, 198, null], [-4.6, 271, null]], [[-2.1, 40, null], [-2.4, 3838, null]], [[-0.4, 374, null], [-1.2, 525, null]]],
+        "output_top_logprobs": [[[-0.8, 13, null], [-1.1, 30, null]]]}}"#;
+
+    #[test]
+    fn prompt_choices_read_the_best_and_runner_up_at_each_position_asked_for() {
+        let r = choices_request(true);
+        let choices = SglangDialect::new().parse_prompt_choices(&r, &[PROMPT_TOP_LOGPROBS.as_bytes().to_vec()]).unwrap();
+        assert_eq!(
+            choices,
+            vec![
+                PromptChoice { best: EngineToken { id: 40, logprob: Some(-2.1) }, runner_up: Some(EngineToken { id: 3838, logprob: Some(-2.4) }) },
+                PromptChoice { best: EngineToken { id: 374, logprob: Some(-0.4) }, runner_up: Some(EngineToken { id: 525, logprob: Some(-1.2) }) },
+            ]
+        );
+        let from_one = PromptChoicesRequest { first: 0, runner_up: false, ..r };
+        let all = SglangDialect::new().parse_prompt_choices(&from_one, &[PROMPT_TOP_LOGPROBS.as_bytes().to_vec()]).unwrap();
+        assert_eq!(all.iter().map(|c| c.best.id).collect::<Vec<_>>(), vec![8948, 198, 40, 374], "position 0 has no choice");
+        assert!(all.iter().all(|c| c.runner_up.is_none()), "not asked for");
+    }
+
+    #[test]
+    fn a_prompt_logprob_list_without_its_leading_null_is_aligned_on_its_end() {
+        let body = br#"{"meta_info": {"input_top_logprobs": [[[-0.9, 8948, null]], [[-0.02, 198, null]], [[-2.1, 40, null]], [[-0.4, 374, null]]]}}"#;
+        let choices = SglangDialect::new().parse_prompt_choices(&choices_request(false), &[body.to_vec()]).unwrap();
+        assert_eq!(choices.iter().map(|c| c.best.id).collect::<Vec<_>>(), vec![40, 374]);
+    }
+
+    #[test]
+    fn a_prompt_choices_answer_that_lacks_positions_is_a_typed_error() {
+        let r = choices_request(true);
+        for body in [
+            r#"{"output_ids": [13], "meta_info": {"output_token_logprobs": [[-0.8, 13, null]]}}"#,
+            r#"{"meta_info": {"input_top_logprobs": [[[-0.4, 374, null]]]}}"#,
+            r#"{"meta_info": {"input_top_logprobs": [null, null, null, null, [[-0.4, 374, null]]]}}"#,
+            r#"{"meta_info": {"input_top_logprobs": [null, [], [], [], []]}}"#,
+            r#"{"meta_info": {"input_top_logprobs": [null, [], [], [[-2.1, -40, null]], [[-0.4, 374, null]]]}}"#,
+            r#"{"error": {"message": "logprob_start_len is out of range"}}"#,
+            "nope",
+        ] {
+            assert!(matches!(SglangDialect::new().parse_prompt_choices(&r, &[body.as_bytes().to_vec()]), Err(EngineError::BadResponse(_))), "{body}");
+        }
+        assert!(SglangDialect::new().parse_prompt_choices(&r, &[]).is_err(), "no answer for positions asked");
+    }
+
     /// The fields this dialect reads, for [`crate::engine::testing::jsonish`].
-    const FIELDS: &[&str] = &["output_ids", "meta_info", "output_token_logprobs", "completion_tokens", "prompt_tokens", "cached_tokens", "finish_reason", "type", "message", "error"];
+    const FIELDS: &[&str] = &["output_ids", "meta_info", "output_token_logprobs", "input_top_logprobs", "completion_tokens", "prompt_tokens", "cached_tokens", "finish_reason", "type", "message", "error"];
 
     proptest! {
         #[test]
@@ -458,6 +581,10 @@ mod tests {
             let bytes = serde_json::to_vec(&v).unwrap();
             if let Ok(reply) = SglangDialect::new().parse_next_token(&bytes) {
                 prop_assert!(!reply.tokens.is_empty());
+            }
+            let r = PromptChoicesRequest { tokens: &[1, 2, 3], first: 1, runner_up: true, slot: None };
+            if let Ok(choices) = SglangDialect::new().parse_prompt_choices(&r, &[bytes]) {
+                prop_assert_eq!(choices.len(), 2);
             }
         }
     }

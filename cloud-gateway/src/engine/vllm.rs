@@ -31,12 +31,20 @@
 //!   `data[0].max_model_len`; no vocabulary size. `POST /tokenize`
 //!   `{model, prompt, add_special_tokens}` → `{count, max_model_len, tokens}`.
 //!
+//! - Prompt choices (the router lab's teacher, [`PromptChoicesRequest`]): always
+//!   `/v1/completions` (every server has it, whichever endpoint escalations use), the greedy
+//!   next-token body plus `prompt_logprobs: 1` (2 with the runner-up). The answer's
+//!   `choices[0].prompt_logprobs` has one entry per prompt token, the first null, each a map
+//!   from token id (a JSON key) to `{logprob, rank, decoded_token}` holding the top ones and
+//!   the prompt's own token at whatever rank it has: the choice is the rank-1 entry. vLLM
+//!   caps the number at `--max-logprobs` (20 by default).
+//!
 //! vLLM is not run on the project's machines (no GPU): the tests below check the mapping against
 //! the bodies vLLM's documentation and protocol models describe.
 
 use serde_json::{json, Value};
 
-use super::{first_listed_model, parse_json, token_id, Dialect, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest};
+use super::{aligned_positions, first_listed_model, parse_json, token_id, Dialect, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest, PromptChoice, PromptChoicesRequest};
 
 /// Where vLLM describes its routes; read once to choose a [`VllmApi`].
 pub const OPENAPI_PATH: &str = "/openapi.json";
@@ -203,6 +211,52 @@ impl Dialect for VllmDialect {
         let v = parse_json(body)?;
         v.get("tokens").and_then(Value::as_array).ok_or_else(|| missing("tokens"))?.iter().map(token_id).collect()
     }
+
+    fn prompt_choices_calls(&self, r: &PromptChoicesRequest<'_>) -> Vec<HttpCall> {
+        if r.positions().is_empty() {
+            return Vec::new();
+        }
+        let greedy = common::sampling::SamplingParams::default();
+        let next = NextTokenRequest { context: r.tokens, sampling: &greedy, seed: None, max_new_tokens: 1, top_logprobs: 1, slot: None };
+        let completions = Self { api: VllmApi::Completions, model: self.model.clone() };
+        let mut call = completions.next_token_call(&next);
+        if let Some(body) = call.body.as_mut() {
+            body["prompt_logprobs"] = json!(r.top_n());
+        }
+        vec![call]
+    }
+
+    fn parse_prompt_choices(&self, r: &PromptChoicesRequest<'_>, bodies: &[Vec<u8>]) -> Result<Vec<PromptChoice>, EngineError> {
+        let positions = r.positions();
+        let [body] = bodies else {
+            return if positions.is_empty() { Ok(Vec::new()) } else { Err(bad(format!("expected one /v1/completions answer, got {}", bodies.len()))) };
+        };
+        let v = parse_json(body)?;
+        if let Some(error) = v.get("error").filter(|e| !e.is_null()) {
+            return Err(bad(format!("vLLM reported an error: {}", clip(error))));
+        }
+        let choice = v.get("choices").and_then(Value::as_array).and_then(|c| c.first()).ok_or_else(|| missing("choices[0]"))?;
+        let entries = choice.get("prompt_logprobs").and_then(Value::as_array).ok_or_else(|| missing("choices[0].prompt_logprobs"))?;
+        aligned_positions(entries, r.tokens.len(), positions.clone(), "vLLM")?.iter().zip(positions).map(|(entry, at)| ranked_choice(entry, at, r.runner_up)).collect()
+    }
+}
+
+/// The choice at one position of `prompt_logprobs`: the rank-1 entry (and the rank-2 one); by
+/// log-probability when the server gives no ranks.
+fn ranked_choice(entry: &Value, at: usize, runner_up: bool) -> Result<PromptChoice, EngineError> {
+    let map = entry.as_object().ok_or_else(|| bad(format!("choices[0].prompt_logprobs at position {at} is {}", clip(entry))))?;
+    let mut candidates = Vec::with_capacity(map.len());
+    for (key, value) in map {
+        let id = key.parse::<u32>().map_err(|_| bad(format!("prompt_logprobs key {key:?} at position {at} is not a token id")))?;
+        let rank = value.get("rank").and_then(Value::as_u64);
+        candidates.push((rank, EngineToken { id, logprob: value.get("logprob").and_then(logprob) }));
+    }
+    let ranked = |n: u64| candidates.iter().find(|(rank, _)| *rank == Some(n)).map(|&(_, t)| t);
+    if let Some(best) = ranked(1) {
+        return Ok(PromptChoice { best, runner_up: ranked(2).filter(|_| runner_up) });
+    }
+    let tokens: Vec<EngineToken> = candidates.iter().map(|&(_, t)| t).collect();
+    PromptChoice::from_candidates(&tokens, runner_up).ok_or_else(|| bad(format!("choices[0].prompt_logprobs at position {at} is empty")))
 }
 
 /// Ids and logprobs of a `/v1/completions` choice: `token_ids` when present, else the
@@ -569,8 +623,85 @@ mod tests {
         }
     }
 
+    fn choices_request(runner_up: bool) -> PromptChoicesRequest<'static> {
+        PromptChoicesRequest { tokens: &[151644, 872, 198, 3838, 374], first: 3, runner_up, slot: Some(0) }
+    }
+
+    #[test]
+    fn prompt_choices_are_one_greedy_completions_request_with_prompt_logprobs_on_either_api() {
+        for d in [completions(), generate()] {
+            let calls = d.prompt_choices_calls(&choices_request(true));
+            assert_eq!(calls.len(), 1);
+            assert_eq!(calls[0].path, "/v1/completions", "prompt logprobs come from the completions endpoint");
+            let b = calls[0].body.clone().unwrap();
+            assert_eq!((b["model"].clone(), b["prompt"].clone()), (json!("Qwen/Qwen2.5-32B-Instruct"), json!([151644, 872, 198, 3838, 374])));
+            assert_eq!((b["prompt_logprobs"].clone(), b["max_tokens"].clone(), b["top_k"].clone()), (json!(2), json!(1), json!(-1)));
+            assert!(approx(&b["temperature"], 0.0) && approx(&b["repetition_penalty"], 1.0), "greedy, no penalty: {b}");
+            assert!(b.get("id_slot").is_none() && b.get("sampling_params").is_none());
+        }
+        assert_eq!(completions().prompt_choices_calls(&choices_request(false))[0].body.as_ref().unwrap()["prompt_logprobs"], 1);
+        let nothing = PromptChoicesRequest { first: 9, ..choices_request(false) };
+        assert!(completions().prompt_choices_calls(&nothing).is_empty());
+    }
+
+    // The answer to that request in the fields of `CompletionResponseChoice`
+    // (vllm/entrypoints/openai/completion/protocol.py): `prompt_logprobs` is
+    // `list[dict[int, Logprob] | None]`, one entry per prompt token, the first None; each map
+    // (token id keys, as JSON writes them) holds the top `prompt_logprobs` tokens and the
+    // prompt's own token with its `rank`. Values composed; position 3's own token (3838) is the
+    // runner-up, position 4's (374) the best.
+    const PROMPT_LOGPROBS: &str = r#"{"id":"cmpl-7","object":"text_completion","created":1765026778,"model":"Qwen/Qwen2.5-32B-Instruct","choices":[{"index":0,"text":".","logprobs":{"text_offset":[0],"token_logprobs":[-0.8],"tokens":["token_id:13"],"top_logprobs":[{"token_id:13":-0.8}]},"finish_reason":"length","stop_reason":null,"token_ids":[13],
+        "prompt_logprobs":[null,
+            {"872":{"logprob":-1.3,"rank":2,"decoded_token":"user"},"8948":{"logprob":-0.9,"rank":1,"decoded_token":"system"}},
+            {"198":{"logprob":-0.02,"rank":1,"decoded_token":"\n"},"271":{"logprob":-4.6,"rank":2,"decoded_token":"\n\n"}},
+            {"40":{"logprob":-2.1,"rank":1,"decoded_token":"I"},"3838":{"logprob":-2.4,"rank":2,"decoded_token":"What"}},
+            {"374":{"logprob":-0.4,"rank":1,"decoded_token":" is"},"525":{"logprob":-1.2,"rank":2,"decoded_token":" are"},"99":{"logprob":-9999.0,"rank":80000,"decoded_token":"x"}}],
+        "prompt_token_ids":[151644,872,198,3838,374]}],"usage":{"prompt_tokens":5,"total_tokens":6,"completion_tokens":1,"prompt_tokens_details":null}}"#;
+
+    #[test]
+    fn prompt_choices_take_the_rank_one_entry_and_the_rank_two_runner_up() {
+        let choices = completions().parse_prompt_choices(&choices_request(true), &[PROMPT_LOGPROBS.as_bytes().to_vec()]).unwrap();
+        assert_eq!(
+            choices,
+            vec![
+                PromptChoice { best: EngineToken { id: 40, logprob: Some(-2.1) }, runner_up: Some(EngineToken { id: 3838, logprob: Some(-2.4) }) },
+                PromptChoice { best: EngineToken { id: 374, logprob: Some(-0.4) }, runner_up: Some(EngineToken { id: 525, logprob: Some(-1.2) }) },
+            ]
+        );
+        let all = completions().parse_prompt_choices(&PromptChoicesRequest { first: 0, runner_up: false, ..choices_request(false) }, &[PROMPT_LOGPROBS.as_bytes().to_vec()]).unwrap();
+        assert_eq!(all.iter().map(|c| c.best.id).collect::<Vec<_>>(), vec![8948, 198, 40, 374]);
+        assert!(all.iter().all(|c| c.runner_up.is_none()), "not asked for");
+    }
+
+    #[test]
+    fn with_one_prompt_logprob_the_prompts_own_token_is_not_taken_for_the_runner_up() {
+        // prompt_logprobs: 1 gives the best and the prompt's token, here at rank 7.
+        let body = br#"{"choices":[{"prompt_logprobs":[null,{"5":{"logprob":-0.1,"rank":1},"6":{"logprob":-3.0,"rank":7}}]}]}"#;
+        let r = PromptChoicesRequest { tokens: &[1, 6], first: 1, runner_up: true, slot: None };
+        assert_eq!(completions().parse_prompt_choices(&r, &[body.to_vec()]).unwrap(), vec![PromptChoice { best: EngineToken { id: 5, logprob: Some(-0.1) }, runner_up: None }]);
+        // A server without ranks: by log-probability.
+        let body = br#"{"choices":[{"prompt_logprobs":[null,{"6":{"logprob":-3.0},"5":{"logprob":-0.1}}]}]}"#;
+        assert_eq!(completions().parse_prompt_choices(&r, &[body.to_vec()]).unwrap()[0].best.id, 5);
+    }
+
+    #[test]
+    fn a_prompt_choices_answer_that_lacks_positions_is_a_typed_error() {
+        let r = choices_request(true);
+        for body in [
+            TUTORIAL_COMPLETION,
+            r#"{"choices":[{"prompt_logprobs":[null,{}, {}, {}, {"374":{"logprob":-0.4,"rank":1}}]}]}"#,
+            r#"{"choices":[{"prompt_logprobs":[null, null, null, null, {"374":{"logprob":-0.4,"rank":1}}]}]}"#,
+            r#"{"choices":[{"prompt_logprobs":[{"374":{"logprob":-0.4,"rank":1}}]}]}"#,
+            r#"{"choices":[{"prompt_logprobs":[null, {}, {}, {"x":{"logprob":-0.4,"rank":1}}, {"374":{"logprob":-0.4,"rank":1}}]}]}"#,
+            r#"{"object":"error","message":"Requested prompt logprobs of 2, which is greater than max allowed: 0","type":"BadRequestError","code":400,"error":{"message":"x"}}"#,
+            "{}",
+        ] {
+            assert!(matches!(completions().parse_prompt_choices(&r, &[body.as_bytes().to_vec()]), Err(EngineError::BadResponse(_))), "{body}");
+        }
+    }
+
     /// The fields this dialect reads, for [`crate::engine::testing::jsonish`].
-    const FIELDS: &[&str] = &["choices", "token_ids", "logprobs", "tokens", "token_logprobs", "content", "token", "logprob", "usage", "prompt_tokens", "prompt_tokens_details", "cached_tokens", "error"];
+    const FIELDS: &[&str] = &["choices", "token_ids", "logprobs", "tokens", "token_logprobs", "content", "token", "logprob", "usage", "prompt_tokens", "prompt_tokens_details", "cached_tokens", "error", "prompt_logprobs", "rank"];
 
     proptest! {
         #[test]
@@ -589,6 +720,10 @@ mod tests {
                 if let Ok(reply) = d.parse_next_token(&bytes) {
                     prop_assert!(!reply.tokens.is_empty());
                 }
+            }
+            let r = PromptChoicesRequest { tokens: &[1, 2, 3], first: 1, runner_up: true, slot: None };
+            if let Ok(choices) = completions().parse_prompt_choices(&r, &[bytes]) {
+                prop_assert_eq!(choices.len(), 2);
             }
             let _ = VllmApi::from_openapi(&v);
         }
