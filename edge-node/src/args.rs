@@ -11,6 +11,7 @@ use model_runtime::model_files::{duet_home, ModelFiles, ModelManifest, DEFAULT_S
 use model_runtime::tokenizer::Tokenizer;
 use model_runtime::{CausalLm, LmOptions};
 
+use crate::decode::RateControl;
 use crate::link::{Link, LinkConfig};
 use crate::router::{ConfidenceRouter, MlpRouter, Router};
 use crate::router_file::{Calibration, MlpRouterModel};
@@ -58,6 +59,13 @@ pub struct CloudArgs {
     /// router's calibration table. Default 0.1 (the operating point EVALUATION.md reports).
     #[arg(long, env = "DUET_ESCALATION_RATE", value_parser = parse_unit, conflicts_with = "tau")]
     pub escalation_rate: Option<f32>,
+    /// How an escalation rate is held (not --tau, which is always fixed): `carry` steers tau
+    /// toward the rate from what is actually escalated, carrying what it learned from session
+    /// to session in this process (the requests of `serve`, the items of an evaluation);
+    /// `session` starts each session afresh at the calibrated tau; `off` keeps the calibrated
+    /// tau fixed (docs/ARCHITECTURE.md, "Decode loop").
+    #[arg(long, env = "DUET_RATE_CONTROL", value_enum, default_value_t = RateControlMode::Carry)]
+    pub rate_control: RateControlMode,
     /// Routing policy: `default` (the trained router shipped for this SLM, else `confidence`),
     /// `confidence` (the SLM's top probability), or a router file from `router-lab train`
     /// made for this SLM.
@@ -112,6 +120,32 @@ pub struct CloudArgs {
     pub color: String,
 }
 
+/// `--rate-control`: whether a target escalation rate steers tau, and whether what the
+/// controller learned carries from one session to the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RateControlMode {
+    /// The calibrated tau, fixed (the realized share drifts with the text).
+    Off,
+    /// Steered within each session, each starting at the calibrated tau.
+    Session,
+    /// Steered, and carried across the sessions of this process.
+    Carry,
+}
+
+impl RateControlMode {
+    /// The controller a session starts with: `carried` (a previous session's, for the same
+    /// target) under `carry`, else `fresh`.
+    pub fn session(self, fresh: Option<RateControl>, carried: Option<RateControl>) -> Option<RateControl> {
+        match (self, fresh, carried) {
+            (RateControlMode::Off, _, _) | (_, None, _) => None,
+            (RateControlMode::Carry, Some(f), Some(c)) if c.target() == f.target() => Some(c.next_session()),
+            (_, Some(f), _) => Some(f),
+        }
+    }
+}
+
+/// Parse a value in [0, 1].
 pub fn parse_unit(s: &str) -> Result<f32, String> {
     let v: f32 = s.parse().map_err(|e| format!("`{s}` is not a number: {e}"))?;
     if (0.0..=1.0).contains(&v) {
@@ -181,6 +215,18 @@ pub fn routing_tau(cloud: &CloudArgs, trained: Option<&MlpRouterModel>) -> anyho
             cloud.router
         ),
         (None, None, None) => Ok(DEFAULT_CONFIDENCE_TAU),
+    }
+}
+
+/// The rate controller a session starts from, as the command line asks: one for the target
+/// rate (`--escalation-rate`, or its default) when tau comes from a trained router's
+/// calibration table, unless `--tau` is given or `--rate-control off`.
+pub fn rate_controller(cloud: &CloudArgs, calibration: Option<&Calibration>) -> anyhow::Result<Option<RateControl>> {
+    match (cloud.tau, calibration, cloud.rate_control) {
+        (None, Some(cal), RateControlMode::Session | RateControlMode::Carry) => {
+            Ok(RateControl::for_target(cal, cloud.escalation_rate.unwrap_or(DEFAULT_ESCALATION_RATE))?)
+        }
+        _ => Ok(None),
     }
 }
 

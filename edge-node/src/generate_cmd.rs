@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use clap::Args;
 use common::protocol::WireSampling;
-use edge_node::args::{build_router, connect, CloudArgs, ModelArgs, SamplingArgs};
+use edge_node::args::{build_router_with_calibration, connect, rate_controller, CloudArgs, ModelArgs, SamplingArgs};
 use edge_node::decode::{decode, DecodeParams, DecodeStats, Emitted, NoCloud, OnnxSlm, TokenSource};
 use edge_node::link::next_session_id;
 use edge_node::link_cloud::LinkCloud;
@@ -61,6 +61,8 @@ struct Report<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     gateway: Option<&'a str>,
     router: &'a str,
+    /// The threshold the session started at (with rate control, `rate_control` below says where
+    /// it went).
     tau: f32,
     text: String,
     prompt_token_ids: &'a [u32],
@@ -153,7 +155,9 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             eprintln!("note: prompt truncated: dropped its first {dropped} tokens to fit --max-context {}", lm.max_context());
         }
     }
-    let (mut router, tau) = build_router(&args.cloud, &lm, &tok)?;
+    let (mut router, tau, calibration) = build_router_with_calibration(&args.cloud, &lm, &tok)?;
+    // One session per process: `carry` and `session` are the same here.
+    let rate_control = rate_controller(&args.cloud, calibration.as_ref())?;
     let router_name = router.name().to_string();
     let model_id = lm.manifest().id.clone();
     let color = match args.cloud.color.as_str() {
@@ -183,14 +187,14 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         printer.last = Instant::now();
         match &gateway {
             None => {
-                let params = DecodeParams { max_new_tokens: args.max_new_tokens, tau: 0.0 };
+                let params = DecodeParams { max_new_tokens: args.max_new_tokens, tau: 0.0, rate_control: None };
                 Ok(decode(&mut slm, router.as_mut(), &mut NoCloud, prompt, params, |e| printer.on_token(e)).await?)
             }
             Some(_) => {
                 let (link, health) = connect(&args.cloud, &tok, &model_id).await?;
                 let mut cloud = LinkCloud::new(&link, next_session_id(), WireSampling::from(sampling), health, !args.cloud.no_presync)
                     .with_speculation(args.cloud.speculate);
-                let params = DecodeParams { max_new_tokens: args.max_new_tokens, tau };
+                let params = DecodeParams { max_new_tokens: args.max_new_tokens, tau, rate_control };
                 anyhow::Ok(decode(&mut slm, router.as_mut(), &mut cloud, prompt, params, |e| printer.on_token(e)).await?)
             }
         }
@@ -235,6 +239,9 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
                 "[{} tokens: {} from the cloud, {} escalated, {} fell back; {:.1} tokens/s; {} B sent, {} B received]",
                 s.tokens, s.routing.cloud_tokens, s.routing.escalated, s.routing.fallbacks, s.tokens_per_s, s.bytes_sent, s.bytes_received
             );
+            if let Some(r) = s.rate_control.map(|c| c.report()) {
+                eprintln!("[tau steered toward {:.1} % escalated: {:.4} -> {:.4}]", r.target_rate * 100.0, r.tau_start, r.tau_final);
+            }
         } else {
             tracing::info!(?stats, "generation finished");
         }

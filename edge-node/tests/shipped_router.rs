@@ -45,7 +45,7 @@ async fn shipped_router_escalates_about_its_default_rate_on_commonsense_qa() {
         let mut slm = OnnxSlm::new(&mut lm, &mut cache, Default::default()).expect("slm");
         // No cloud: every escalation falls back, which is what lets this count the router's
         // choices on the SLM's own text.
-        let stats = decode(&mut slm, &mut router, &mut NoCloud, &prompt, DecodeParams { max_new_tokens: 64, tau }, |_| ControlFlow::Continue(())).await.expect("decodes");
+        let stats = decode(&mut slm, &mut router, &mut NoCloud, &prompt, DecodeParams { max_new_tokens: 64, tau, rate_control: None }, |_| ControlFlow::Continue(())).await.expect("decodes");
         escalated += stats.routing.escalated;
         tokens += stats.tokens;
     }

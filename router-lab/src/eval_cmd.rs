@@ -342,7 +342,7 @@ fn run_served(args: &EvalArgs, items: &[Item]) -> anyhow::Result<()> {
         // One link health across items, as a device keeps across its sessions: what it learns
         // about the gateway's speed (and any local-only period) carries over.
         let mut health = LinkHealth::new(deadline_policy(&args.cloud), service);
-        let params = DecodeParams { max_new_tokens: args.max_new_tokens, tau };
+        let params = DecodeParams { max_new_tokens: args.max_new_tokens, tau, rate_control: None };
         for item in items.iter().filter(|i| !done.contains(&i.id)) {
             let prompt = pair_prompt(&tok, item)?;
             let mut cloud = LinkCloud::new(&link, next_session_id(), WireSampling::default(), health, !args.cloud.no_presync)

@@ -252,7 +252,7 @@ impl<'a> ItemEvaluator<'a> {
                 (Box::new(MlpRouter::from_model(model)), *tau)
             }
         };
-        let params = DecodeParams { max_new_tokens: self.max_new_tokens, tau };
+        let params = DecodeParams { max_new_tokens: self.max_new_tokens, tau, rate_control: None };
         let tok = self.tok;
         let mut generated = Vec::new();
         let mut text_error = None;

@@ -176,7 +176,7 @@ fn slm_answer(
     context.extend_from_slice(prefix);
     let mut slm = OnnxSlm::new(lm, cache, SamplingParams::default())?;
     let rt = tokio::runtime::Builder::new_current_thread().build()?;
-    let params = DecodeParams { max_new_tokens: budget, tau: 0.0 };
+    let params = DecodeParams { max_new_tokens: budget, tau: 0.0, rate_control: None };
     rt.block_on(decode(&mut slm, &mut ConfidenceRouter, &mut NoCloud, &context, params, |e| {
         if let (Some(f), Some(p)) = (features.as_deref_mut(), e.proposal) {
             f.push((p.stats, LabelledPosition::encode_hidden(p.hidden)));

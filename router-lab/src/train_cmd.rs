@@ -443,7 +443,7 @@ fn on_policy_scores(
     let bar = crate::cqa_args::progress(chosen.len() as u64, "calibrate");
     // The SLM's own greedy answers through the device's decode loop (no cloud): the router
     // and the confidence baseline are scored at every position the device would score.
-    let params = DecodeParams { max_new_tokens: 96, tau: 0.0 };
+    let params = DecodeParams { max_new_tokens: 96, tau: 0.0, rate_control: None };
     for item in &chosen {
         let text = item.prompt.clone().unwrap_or_else(|| crate::cqa::prompt_for(&item.question, &item.choices));
         let prompt = tok.encode(&model_runtime::chat::render_user(&text))?;

@@ -7,6 +7,7 @@ use model_runtime::RuntimeError;
 use serde::Serialize;
 
 use super::cloud::{Cloud, CloudAnswer};
+use super::rate::RateControl;
 use super::slm::{Proposal, Slm};
 use super::stats::DecodeStats;
 use crate::router::{should_escalate, Router, RouterInput};
@@ -42,8 +43,13 @@ pub enum FinishReason {
 pub struct DecodeParams {
     /// Most tokens to generate.
     pub max_new_tokens: usize,
-    /// Escalate when the router's confidence is below `tau` (0 = never, 1 = always).
+    /// Escalate when the router's confidence is below `tau` (0 = never, 1 = always). With
+    /// `rate_control` this is unused: the controller's tau applies.
     pub tau: f32,
+    /// Steer tau toward a target share of escalated tokens ([`RateControl`]) instead of holding
+    /// it fixed: a fresh controller, or the one a previous decode returned in
+    /// [`DecodeStats::rate_control`] to carry what it learned into this session.
+    pub rate_control: Option<RateControl>,
 }
 
 /// One token as it is committed, for the caller's `on_token`.
@@ -78,7 +84,8 @@ pub async fn decode<S: Slm, C: Cloud>(
     on_token: impl FnMut(Emitted<'_>) -> ControlFlow<()>,
 ) -> Result<DecodeStats, RuntimeError> {
     let started = Instant::now();
-    let routing = params.tau > 0.0;
+    let mut control = params.rate_control;
+    let routing = params.tau > 0.0 || control.is_some();
     if routing {
         cloud.start(prompt);
     }
@@ -100,14 +107,22 @@ pub async fn decode<S: Slm, C: Cloud>(
         }
         slm.pace().await;
         let room = slm.has_room();
+        let tau = control.as_ref().map_or(params.tau, RateControl::tau);
         // At tau >= 1 every token is escalated whatever the router says, so the SLM's view is
-        // needed only if the cloud fails to answer.
-        let mut proposal = if params.tau >= 1.0 { None } else { Some(slm.propose()?) };
-        let escalate = match proposal {
-            None => true,
-            Some(p) if routing => should_escalate(router.confidence(&RouterInput { hidden: p.hidden, stats: &p.stats }), params.tau),
-            Some(_) => false,
+        // needed only if the cloud fails to answer (a controller's tau stays below 1).
+        let mut proposal = if tau >= 1.0 { None } else { Some(slm.propose()?) };
+        let confidence = match proposal {
+            Some(p) if routing => Some(router.confidence(&RouterInput { hidden: p.hidden, stats: &p.stats })),
+            _ => None,
         };
+        let escalate = match (proposal, confidence) {
+            (None, _) => true,
+            (Some(_), Some(c)) => should_escalate(c, tau),
+            (Some(_), None) => false,
+        };
+        if let (Some(rc), Some(c)) = (control.as_mut(), confidence) {
+            rc.observe(c, escalate);
+        }
         if let (false, Some(p)) = (escalate, proposal) {
             let token = p.token;
             if let ControlFlow::Break(reason) = out.emit(token, TokenSource::Slm, proposal).then(|| advance(slm, token)) {
@@ -121,7 +136,8 @@ pub async fn decode<S: Slm, C: Cloud>(
             // Speculate: the SLM's token goes in at once and the SLM continues from it.
             let at = out.context.len();
             slm.push(own);
-            let spec = speculate(slm, router, cloud, &out.context, params.tau, window.min(out.room() - 1)).await?;
+            let threshold = Threshold { tau, control };
+            let spec = speculate(slm, router, cloud, &out.context, threshold, window.min(out.room() - 1)).await?;
             let source = out.record_answer(spec.answer, spec.latency_ms);
             if let CloudAnswer::Token(t) = spec.answer {
                 if t != own {
@@ -144,6 +160,11 @@ pub async fn decode<S: Slm, C: Cloud>(
             for (i, &t) in spec.tokens.iter().enumerate() {
                 if flow.is_break() {
                     break;
+                }
+                // The controller learns each speculated position as it is committed, as it would
+                // have without speculation (where it decided it with the same tau).
+                if let (Some(rc), Some(&c)) = (control.as_mut(), spec.confidences.get(i)) {
+                    rc.observe(c, false);
                 }
                 flow = out.emit(t, TokenSource::Slm, None);
                 if i >= spec.pushed {
@@ -175,6 +196,7 @@ pub async fn decode<S: Slm, C: Cloud>(
     };
     let mut stats = out.stats;
     stats.finish_reason = finish;
+    stats.rate_control = control;
     stats.decode_ms = decode_started.elapsed().as_secs_f64() * 1e3;
     cloud.finish(&mut stats).await;
     stats.total_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -190,41 +212,59 @@ struct Speculation {
     latency_ms: f64,
     /// Tokens the SLM decoded after its own token meanwhile (not committed).
     tokens: Vec<u32>,
+    /// The router's confidence at each of them.
+    confidences: Vec<f32>,
     /// How many of them (the first ones) the SLM already holds; the others are given to it
     /// when committed, as the loop without speculation would.
     pushed: usize,
+}
+
+/// How the positions after an escalation are judged while it is in flight: the loop's fixed tau,
+/// or a copy of its controller that goes ahead of it (the real one learns these positions only
+/// when they are committed), so each position gets the tau the loop would give it.
+#[derive(Clone, Copy)]
+struct Threshold {
+    tau: f32,
+    control: Option<RateControl>,
 }
 
 /// While `cloud` answers the escalation of `context` (whose SLM token `own` the SLM has just
 /// been given), let the SLM decode up to `window` more positions. It stops at a hard token
 /// (its context depends on the answer), and does not give the SLM a token the loop without
 /// speculation would not give it: a stop token, the last one allowed, one past a full context.
-async fn speculate<S: Slm, C: Cloud>(slm: &mut S, router: &mut dyn Router, cloud: &mut C, context: &[u32], tau: f32, window: usize) -> Result<Speculation, RuntimeError> {
+async fn speculate<S: Slm, C: Cloud>(slm: &mut S, router: &mut dyn Router, cloud: &mut C, context: &[u32], mut threshold: Threshold, window: usize) -> Result<Speculation, RuntimeError> {
     let asked = Instant::now();
     let answer = cloud.escalate(context);
     tokio::pin!(answer);
     let mut tokens = Vec::new();
+    let mut confidences = Vec::new();
     let mut pushed = 0;
     while tokens.len() == pushed && tokens.len() < window {
         // The answer wins over the next step: nothing is decoded that is already decided.
         tokio::select! {
             biased;
-            a = &mut answer => return Ok(Speculation { answer: a, latency_ms: asked.elapsed().as_secs_f64() * 1e3, tokens, pushed }),
+            a = &mut answer => return Ok(Speculation { answer: a, latency_ms: asked.elapsed().as_secs_f64() * 1e3, tokens, confidences, pushed }),
             () = slm.pace() => {}
         }
         let p = slm.propose()?;
-        if should_escalate(router.confidence(&RouterInput { hidden: p.hidden, stats: &p.stats }), tau) {
+        let tau = threshold.control.as_ref().map_or(threshold.tau, RateControl::tau);
+        let confidence = router.confidence(&RouterInput { hidden: p.hidden, stats: &p.stats });
+        if should_escalate(confidence, tau) {
             break;
+        }
+        if let Some(ahead) = threshold.control.as_mut() {
+            ahead.observe(confidence, false);
         }
         let token = p.token;
         tokens.push(token);
+        confidences.push(confidence);
         if tokens.len() < window && !slm.stop_tokens().contains(&token) && slm.has_room() {
             slm.push(token);
             pushed += 1;
         }
     }
     let answer = answer.await;
-    Ok(Speculation { answer, latency_ms: asked.elapsed().as_secs_f64() * 1e3, tokens, pushed })
+    Ok(Speculation { answer, latency_ms: asked.elapsed().as_secs_f64() * 1e3, tokens, confidences, pushed })
 }
 
 /// The committed side of a decode: the context, the counters, and the caller's `on_token`.

@@ -9,6 +9,7 @@
 
 mod cloud;
 mod engine;
+mod rate;
 mod slm;
 mod stats;
 mod trace;
@@ -18,6 +19,7 @@ mod tests;
 
 pub use cloud::{Cloud, CloudAnswer, NoCloud};
 pub use engine::{decode, DecodeParams, Emitted, FinishReason, TokenSource};
+pub use rate::{RateControl, RateControlError, RateReport, DEFAULT_BAND};
 pub use slm::{OnnxSlm, Proposal, Slm};
 pub use stats::{DecodeStats, RoutingCounts, SpeculationCounts};
 pub use trace::{TracePoint, TraceSlm};

@@ -5,6 +5,7 @@ use serde::Serialize;
 use common::exchange::FallbackReason;
 
 use super::engine::FinishReason;
+use super::rate::RateControl;
 
 /// What the router and the cloud did with a sequence's tokens: the figures every report of a
 /// routed generation carries (`generate --json`, the server's usage, the evaluation).
@@ -83,6 +84,11 @@ pub struct DecodeStats {
     /// What speculation past escalated tokens did.
     #[serde(flatten)]
     pub speculation: SpeculationCounts,
+    /// The rate controller after the last position, when one steered tau: reported as its
+    /// session's figures (target, tau at start and end, share realized); pass it to the next
+    /// decode to carry it on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_control: Option<RateControl>,
     /// `ContextMissing` answers (each followed by a `Full` resend).
     pub context_missing: usize,
     /// Escalations that carried the whole context (`Full`): the first, and each resync.
@@ -127,6 +133,7 @@ impl Default for DecodeStats {
             finish_reason: FinishReason::Length,
             routing: RoutingCounts::default(),
             speculation: SpeculationCounts::default(),
+            rate_control: None,
             context_missing: 0,
             full_syncs: 0,
             first_escalation_bytes: 0,

@@ -9,6 +9,7 @@ use common::exchange::FallbackReason;
 use super::trace::{TracePoint, TraceSlm};
 use super::*;
 use crate::router::ConfidenceRouter;
+use crate::router_file::Calibration;
 
 /// Answers escalations from a script, recording the contexts it was asked about.
 #[derive(Default)]
@@ -39,7 +40,7 @@ fn trace(points: &[(u32, f32)]) -> Vec<TracePoint> {
 fn run(slm: &mut TraceSlm, cloud: &mut ScriptedCloud, tau: f32, max: usize) -> (Vec<(u32, TokenSource)>, DecodeStats) {
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
     let mut out = Vec::new();
-    let params = DecodeParams { max_new_tokens: max, tau };
+    let params = DecodeParams { max_new_tokens: max, tau, rate_control: None };
     let stats = rt
         .block_on(decode(slm, &mut ConfidenceRouter, cloud, &[1, 2, 3], params, |e| {
             out.push((e.token, e.source));
@@ -115,7 +116,7 @@ fn the_caller_can_stop_the_loop() {
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
     let mut n = 0;
     let stats = rt
-        .block_on(decode(&mut slm, &mut ConfidenceRouter, &mut NoCloud, &[1], DecodeParams { max_new_tokens: 8, tau: 0.0 }, |_| {
+        .block_on(decode(&mut slm, &mut ConfidenceRouter, &mut NoCloud, &[1], DecodeParams { max_new_tokens: 8, tau: 0.0, rate_control: None }, |_| {
             n += 1;
             if n == 2 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
         }))
@@ -157,11 +158,16 @@ fn run_slow(points: &[(u32, f32)], cloud: &mut SlowCloud, max: usize) -> (Vec<(u
 
 /// [`run_slow`] in a context of `capacity` tokens (prompt of 3 included).
 fn run_slow_in(points: &[(u32, f32)], cloud: &mut SlowCloud, max: usize, capacity: usize) -> (Vec<(u32, TokenSource)>, DecodeStats, Vec<u32>) {
+    run_slow_with(points, cloud, DecodeParams { max_new_tokens: max, tau: 0.5, rate_control: None }, capacity)
+}
+
+/// [`run_slow_in`] with any parameters.
+fn run_slow_with(points: &[(u32, f32)], cloud: &mut SlowCloud, params: DecodeParams, capacity: usize) -> (Vec<(u32, TokenSource)>, DecodeStats, Vec<u32>) {
     let mut slm = TraceSlm::new(trace(points), capacity, vec![0]);
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
     let mut out = Vec::new();
     let stats = rt
-        .block_on(decode(&mut slm, &mut ConfidenceRouter, cloud, &[1, 2, 3], DecodeParams { max_new_tokens: max, tau: 0.5 }, |e| {
+        .block_on(decode(&mut slm, &mut ConfidenceRouter, cloud, &[1, 2, 3], params, |e| {
             out.push((e.token, e.source));
             ControlFlow::Continue(())
         }))
@@ -242,6 +248,56 @@ fn speculation_never_passes_the_length_or_a_stop_token() {
     assert_eq!(spec.len(), 2);
 }
 
+/// A calibration table measured on uniformly spread confidences: tau = rate.
+fn uniform_calibration() -> Calibration {
+    let grid: Vec<f32> = (0..1000).map(|i| (i as f32 + 0.5) / 1000.0).collect();
+    Calibration::from_confidences(&grid, &Calibration::default_rates())
+}
+
+/// `n` positions whose confidences are spread evenly (a low-discrepancy sequence) and then
+/// raised to `power`: above 1 the router is less sure than on the calibration set, below 1
+/// surer. Token 5 throughout (no stop token).
+fn shifted_trace(n: usize, power: f32) -> Vec<(u32, f32)> {
+    (0..n).map(|i| (5, ((i as f32 * 0.618_034).fract()).powf(power))).collect()
+}
+
+#[test]
+fn a_controlled_decode_escalates_the_target_share_where_the_calibrated_tau_drifts() {
+    let cal = uniform_calibration();
+    let fixed_tau = cal.tau_for_rate(0.1).unwrap();
+    for power in [0.6, 1.4] {
+        let points = shifted_trace(300, power);
+        let (_, fixed, _) = run_slow_with(&points, &mut SlowCloud::new(&[], &[], 0), DecodeParams { max_new_tokens: 300, tau: fixed_tau, rate_control: None }, 400);
+        let drift = fixed.routing.escalated as f32 / 300.0;
+        assert!((drift - 0.1).abs() > 0.05, "the fixed tau escalates {:.1} % at power {power}", drift * 100.0);
+        assert!(fixed.rate_control.is_none(), "a fixed tau reports no controller");
+        let control = RateControl::for_target(&cal, 0.1).unwrap();
+        let params = DecodeParams { max_new_tokens: 300, tau: fixed_tau, rate_control: control };
+        let (_, stats, _) = run_slow_with(&points, &mut SlowCloud::new(&[], &[], 0), params, 400);
+        let share = stats.routing.escalated as f32 / stats.tokens as f32;
+        assert!((share - 0.1).abs() <= 0.02, "controlled: {:.1} % at power {power}", share * 100.0);
+        let report = stats.rate_control.expect("reported").report();
+        assert_eq!((report.positions, report.escalated), (stats.tokens, stats.routing.escalated), "it saw every committed position");
+        assert_eq!(report.tau_start, fixed_tau, "it started at the calibrated tau");
+    }
+}
+
+#[test]
+fn a_controller_returned_by_one_decode_carries_into_the_next() {
+    let cal = uniform_calibration();
+    let mut control = RateControl::for_target(&cal, 0.1).unwrap();
+    let mut taus = Vec::new();
+    for _ in 0..3 {
+        let params = DecodeParams { max_new_tokens: 40, tau: 0.1, rate_control: control.map(RateControl::next_session) };
+        let (_, stats, _) = run_slow_with(&shifted_trace(40, 0.6), &mut SlowCloud::new(&[], &[], 0), params, 100);
+        let report = stats.rate_control.expect("reported").report();
+        taus.push((report.tau_start, report.tau_final));
+        control = stats.rate_control;
+    }
+    assert_eq!(taus[1].0, taus[0].1, "the second session starts where the first ended");
+    assert_eq!(taus[2].0, taus[1].1);
+}
+
 mod equivalence {
     use proptest::prelude::*;
 
@@ -271,6 +327,28 @@ mod equivalence {
             prop_assert_eq!(&spec, &plain);
             prop_assert_eq!(stats.finish_reason, plain_stats.finish_reason);
             prop_assert_eq!(stats.routing, plain_stats.routing);
+            prop_assert_eq!(pushed, plain_pushed);
+        }
+
+        /// The same under rate control: speculated positions are judged with the tau the
+        /// loop would give them, and the controller ends in the same state.
+        #[test]
+        fn speculation_commits_what_waiting_commits_under_rate_control(
+            points in prop::collection::vec((prop_oneof![Just(0u32), 10u32..14], prop_oneof![Just(0.05f32), Just(0.3f32), Just(0.6f32), Just(0.95f32)]), 1..24),
+            answers in prop::collection::vec(answer(), 0..24),
+            delays in prop::collection::vec(0usize..6, 0..24),
+            window in 1usize..6,
+            max in 1usize..24,
+            capacity in 4usize..30,
+            target in prop_oneof![Just(0.1f32), Just(0.3f32), Just(0.6f32)],
+        ) {
+            let control = RateControl::for_target(&uniform_calibration(), target).unwrap();
+            let params = DecodeParams { max_new_tokens: max, tau: target, rate_control: control };
+            let (plain, plain_stats, plain_pushed) = run_slow_with(&points, &mut SlowCloud::new(&answers, &delays, 0), params, capacity);
+            let (spec, stats, pushed) = run_slow_with(&points, &mut SlowCloud::new(&answers, &delays, window), params, capacity);
+            prop_assert_eq!(&spec, &plain);
+            prop_assert_eq!(stats.routing, plain_stats.routing);
+            prop_assert_eq!(stats.rate_control, plain_stats.rate_control);
             prop_assert_eq!(pushed, plain_pushed);
         }
     }

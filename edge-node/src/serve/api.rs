@@ -96,8 +96,12 @@ pub struct Usage {
 pub struct DuetUsage {
     /// How the request was routed.
     pub mode: Mode,
-    /// The threshold used.
+    /// The threshold used (with rate control: where the request started; `rate_control` says
+    /// where it was steered).
     pub tau: f32,
+    /// The rate controller's figures for this request, when one steered tau.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_control: Option<edge_node::decode::RateReport>,
     /// What the router and the cloud did.
     #[serde(flatten)]
     pub routing: edge_node::decode::RoutingCounts,

@@ -22,7 +22,8 @@ use tokio::sync::mpsc;
 
 use super::api::{ChatRequest, CommonParams, CompletionRequest, DuetUsage, ErrorBody, ErrorDetail, Usage};
 use super::worker::{Event, Job, Mode};
-use edge_node::decode::TokenSource;
+use edge_node::args::RateControlMode;
+use edge_node::decode::{RateControl, TokenSource};
 use edge_node::router_file::Calibration;
 
 /// What every handler shares.
@@ -41,6 +42,10 @@ pub struct AppState {
     pub default_mode: Mode,
     /// Threshold when a request gives neither `tau` nor `escalation_rate`.
     pub default_tau: f32,
+    /// The rate controller such a request starts from (when the default is a rate).
+    pub default_rate_control: Option<RateControl>,
+    /// `--rate-control`: whether a requested rate is steered toward.
+    pub rate_mode: RateControlMode,
     /// The router file's rate → tau table, if a trained router is loaded.
     pub calibration: Option<Calibration>,
     /// Whether a gateway is configured (routed and cloud modes need one).
@@ -152,22 +157,30 @@ async fn start(s: &Arc<AppState>, text: &str, p: CommonParams, kind: Kind) -> Re
     if mode != Mode::Local && !s.has_gateway {
         return Err(ApiError::invalid("this server has no gateway (--gateway): only `local` mode is available", Some("duet.mode")));
     }
-    let tau = match (p.duet.tau, p.duet.escalation_rate) {
+    let (tau, rate_control) = match (p.duet.tau, p.duet.escalation_rate) {
         (Some(_), Some(_)) => return Err(ApiError::invalid("give `duet.tau` or `duet.escalation_rate`, not both", Some("duet"))),
-        (Some(t), None) if (0.0..=1.0).contains(&t) => t,
+        (Some(t), None) if (0.0..=1.0).contains(&t) => (t, None),
         (Some(t), None) => return Err(ApiError::invalid(format!("`duet.tau` {t} is outside [0, 1]"), Some("duet.tau"))),
         (None, Some(rate)) => match &s.calibration {
-            Some(c) => c.tau_for_rate(rate).map_err(|e| ApiError::invalid(e.to_string(), Some("duet.escalation_rate")))?,
+            Some(c) => {
+                let invalid = |e: &dyn std::fmt::Display| ApiError::invalid(e.to_string(), Some("duet.escalation_rate"));
+                let tau = c.tau_for_rate(rate).map_err(|e| invalid(&e))?;
+                let control = match s.rate_mode {
+                    RateControlMode::Off => None,
+                    RateControlMode::Session | RateControlMode::Carry => RateControl::for_target(c, rate).map_err(|e| invalid(&e))?,
+                };
+                (tau, control)
+            }
             None => return Err(ApiError::invalid("`duet.escalation_rate` needs a trained router file on the server (--router FILE)", Some("duet.escalation_rate"))),
         },
-        (None, None) => s.default_tau,
+        (None, None) => (s.default_tau, s.default_rate_control),
     };
     let stops = p.stop.map(|s| s.into_vec()).unwrap_or_default();
     if stops.len() > 4 {
         return Err(ApiError::invalid("at most 4 stop sequences", Some("stop")));
     }
     let (events, mut rx) = mpsc::unbounded_channel();
-    let job = Job { prompt: prompt.to_vec(), max_tokens: max_tokens.min(room), sampling, stops, mode, tau, events };
+    let job = Job { prompt: prompt.to_vec(), max_tokens: max_tokens.min(room), sampling, stops, mode, tau, rate_control, events };
     if s.jobs.try_send(job).is_err() {
         metrics::counter!("duet_edge_serve_requests_rejected_total").increment(1);
         return Err(ApiError {
@@ -224,6 +237,7 @@ impl Head {
         let duet = DuetUsage {
             mode: self.mode,
             tau: self.tau,
+            rate_control: stats.rate_control.map(|c| c.report()),
             routing: stats.routing,
             tokens_per_s: stats.tokens_per_s,
         };

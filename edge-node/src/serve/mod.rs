@@ -21,7 +21,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use common::exchange::LinkHealth;
-use edge_node::args::{build_router_with_calibration, connect, deadline_policy, CloudArgs, ModelArgs};
+use edge_node::args::{build_router_with_calibration, connect, deadline_policy, rate_controller, CloudArgs, ModelArgs};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use tokio::sync::mpsc;
 
@@ -63,6 +63,7 @@ pub enum ModeArg {
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let (lm, tok) = args.model.load()?;
     let (router, tau, calibration) = build_router_with_calibration(&args.cloud, &lm, &tok)?;
+    let default_rate_control = rate_controller(&args.cloud, calibration.as_ref())?;
     let model_id = lm.manifest().id.clone();
     let max_context = lm.max_context();
     let cache = lm.new_cache(None)?;
@@ -84,7 +85,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         };
         let (jobs, queue) = mpsc::channel(usize::from(args.queue));
         let gateway = args.cloud.gateway.clone().zip(link.clone());
-        let worker = worker::Worker { lm, cache, tok: tok.clone(), router, link, health, speculate: args.cloud.speculate };
+        let worker = worker::Worker {
+            lm,
+            cache,
+            tok: tok.clone(),
+            router,
+            link,
+            health,
+            speculate: args.cloud.speculate,
+            rate_mode: args.cloud.rate_control,
+            carried: None,
+        };
         tokio::spawn(worker.run(queue));
         let state = Arc::new(http::AppState {
             jobs,
@@ -94,6 +105,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             default_max_tokens: args.max_tokens,
             default_mode,
             default_tau: tau,
+            default_rate_control,
+            rate_mode: args.cloud.rate_control,
             calibration,
             has_gateway: args.cloud.gateway.is_some(),
             gateway,

@@ -20,7 +20,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::stop::{Released, StopMatcher};
-use edge_node::decode::{decode, DecodeParams, DecodeStats, Emitted, FinishReason, NoCloud, OnnxSlm, TokenSource};
+use edge_node::args::RateControlMode;
+use edge_node::decode::{decode, DecodeParams, DecodeStats, Emitted, FinishReason, NoCloud, OnnxSlm, RateControl, TokenSource};
 use edge_node::link::{next_session_id, Link};
 use edge_node::link_cloud::LinkCloud;
 use edge_node::router::Router;
@@ -49,8 +50,11 @@ pub struct Job {
     pub stops: Vec<String>,
     /// Routing.
     pub mode: Mode,
-    /// Threshold for [`Mode::Routed`].
+    /// Threshold for [`Mode::Routed`] (where a controller starts, with `rate_control`).
     pub tau: f32,
+    /// A fresh controller for the rate the request asked for (the worker may carry its own
+    /// instead), or none for a fixed tau.
+    pub rate_control: Option<RateControl>,
     /// Where the job's events go; closed = the client left.
     pub events: mpsc::UnboundedSender<Event>,
 }
@@ -92,6 +96,11 @@ pub struct Worker {
     pub health: LinkHealth,
     /// How far the SLM may decode ahead of an escalation in flight (`--speculate`).
     pub speculate: usize,
+    /// `--rate-control`: under `carry`, what the controller learned goes on from request to
+    /// request (for requests at the same target rate).
+    pub rate_mode: RateControlMode,
+    /// The controller the last controlled request ended with.
+    pub carried: Option<RateControl>,
 }
 
 impl Worker {
@@ -129,16 +138,21 @@ impl Worker {
         let router = self.router.as_mut();
         let result = match (job.mode, self.link.as_ref()) {
             (Mode::Local, _) | (_, None) => {
-                let params = DecodeParams { max_new_tokens: job.max_tokens, tau: 0.0 };
+                let params = DecodeParams { max_new_tokens: job.max_tokens, tau: 0.0, rate_control: None };
                 decode(&mut slm, router, &mut NoCloud, &job.prompt, params, |e| emitter.on_token(e)).await
             }
             (mode, Some(link)) => {
                 let tau = if mode == Mode::Cloud { 1.0 } else { job.tau };
                 let health = std::mem::replace(&mut self.health, LinkHealth::new(Default::default(), Default::default()));
                 let mut cloud = LinkCloud::new(link, next_session_id(), WireSampling::from(job.sampling), health, true).with_speculation(self.speculate);
-                let params = DecodeParams { max_new_tokens: job.max_tokens, tau };
+                let rate_control = if mode == Mode::Cloud { None } else { self.rate_mode.session(job.rate_control, self.carried) };
+                let params = DecodeParams { max_new_tokens: job.max_tokens, tau, rate_control };
                 let r = decode(&mut slm, router, &mut cloud, &job.prompt, params, |e| emitter.on_token(e)).await;
                 self.health = cloud.into_health();
+                if let Ok(Some(c)) = r.as_ref().map(|s| s.rate_control) {
+                    metrics::gauge!("duet_edge_serve_rate_control_tau").set(f64::from(c.tau()));
+                    self.carried = Some(c);
+                }
                 r
             }
         };

@@ -229,7 +229,7 @@ async fn run_session<C: Cloud>(env: &Env, spec: DeviceSpec, which: usize, cloud:
     let mut stalls = 0u64;
     let mut cancelled = false;
     env.live_sessions.fetch_add(1, Ordering::Relaxed);
-    let params = DecodeParams { max_new_tokens: ts.tokens.len(), tau };
+    let params = DecodeParams { max_new_tokens: ts.tokens.len(), tau, rate_control: None };
     let result = decode(&mut slm, &mut ConfidenceRouter, &mut cloud, &ts.prompt, params, |e| {
         let now = Instant::now();
         let ms = now.duration_since(last).as_secs_f64() * 1e3;

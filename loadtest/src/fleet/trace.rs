@@ -281,7 +281,7 @@ mod tests {
         let mut slm = ReplaySlm::new(&s, vec![0]);
         let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
         let started = std::time::Instant::now();
-        let params = edge_node::decode::DecodeParams { max_new_tokens: 4, tau: 0.0 };
+        let params = edge_node::decode::DecodeParams { max_new_tokens: 4, tau: 0.0, rate_control: None };
         let stats = rt
             .block_on(edge_node::decode::decode(&mut slm, &mut edge_node::router::ConfidenceRouter, &mut edge_node::decode::NoCloud, &s.prompt, params, |_| std::ops::ControlFlow::Continue(())))
             .unwrap();
