@@ -18,7 +18,7 @@ use clap::Args;
 use common::exchange::LinkHealth;
 use common::protocol::WireSampling;
 use common::sampling::SamplingParams;
-use edge_node::args::{build_router, deadline_policy, link_config, parse_unit, trained_router, CloudArgs};
+use edge_node::args::{build_router_with_calibration, deadline_policy, link_config, parse_unit, rate_controller, trained_router, CloudArgs, RateControlMode};
 use edge_node::decode::{decode, DecodeParams, DecodeStats, OnnxSlm};
 use edge_node::link::{next_session_id, Link};
 use edge_node::link_cloud::LinkCloud;
@@ -94,6 +94,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         "answer_rule": "common::cqa::extract_answer",
         "stop_rule": "stop token, max_new_tokens, or end of the line holding 'the answer is'",
     });
+    let config = with_rate_control(config, args.cloud.rate_control);
     let names: Vec<(String, String, f32)> = specs.iter().map(|s| (s.name(), s.policy().to_string(), s.target_rate())).collect();
     let (mut records, mut out) = open_results(&args.out, &config)?;
     let selected: HashSet<&str> = items.iter().map(|i| i.id.as_str()).collect();
@@ -104,7 +105,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     }
     let done: HashSet<String> = records.iter().map(|r| r.id.clone()).collect();
     let capacity = 512.max(args.max_new_tokens + 256);
-    let mut eval = ItemEvaluator::new(&mut pair.slm, &mut pair.llm, &pair.tok, router, capacity, args.max_new_tokens)?;
+    let mut eval = ItemEvaluator::new(&mut pair.slm, &mut pair.llm, &pair.tok, router, capacity, args.max_new_tokens)?.with_rate_control(args.cloud.rate_control);
     let bar = progress(items.len() as u64, "eval");
     bar.set_position(done.len() as u64);
     eprintln!("{} items ({} done before), {} runs each -> {}", items.len(), done.len(), specs.len(), args.out.display());
@@ -138,6 +139,15 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `config` with the `--rate-control` mode when tau is steered; without the key when it is not,
+/// so results made with a fixed tau (before rate control, or with it off) stay comparable.
+fn with_rate_control(mut config: serde_json::Value, mode: RateControlMode) -> serde_json::Value {
+    if mode != RateControlMode::Off {
+        config["rate_control"] = serde_json::json!(mode);
+    }
+    config
+}
+
 fn pair_prompt(tok: &Tokenizer, item: &Item) -> anyhow::Result<Vec<u32>> {
     let text = item.prompt.clone().unwrap_or_else(|| prompt_for(&item.question, &item.choices));
     Ok(tok.encode(&render_user(&text))?)
@@ -163,7 +173,7 @@ fn reuse_from(
     out: &mut std::fs::File,
 ) -> anyhow::Result<usize> {
     let theirs: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).with_context(|| format!("{}/config.json", dir.display()))?)?;
-    for key in ["mode", "slm", "llm", "router", "router_training", "data", "max_new_tokens", "answer_rule", "stop_rule"] {
+    for key in ["mode", "slm", "llm", "router", "router_training", "data", "max_new_tokens", "answer_rule", "stop_rule", "rate_control"] {
         if !theirs.get(key).zip(config.get(key)).is_some_and(|(a, b)| same_json(a, b)) && theirs.get(key) != config.get(key) {
             bail!("--reuse {}: its `{key}` differs from this run's; its results cannot stand in for these", dir.display());
         }
@@ -307,7 +317,10 @@ fn run_served(args: &EvalArgs, items: &[Item]) -> anyhow::Result<()> {
     let files = model_runtime::model_files::ModelFiles::locate(&pair_args.slm)?;
     let tok = Tokenizer::load(&files.tokenizer, Some(&files.manifest.tokenizer_fingerprint))?;
     let mut lm = CausalLm::load(files, &model_runtime::LmOptions { threads: pair_args.threads, max_context: 4096 })?;
-    let (mut router, tau) = build_router(&args.cloud, &lm, &tok)?;
+    let (mut router, tau, calibration) = build_router_with_calibration(&args.cloud, &lm, &tok)?;
+    // The rate is held as the device holds it; under `carry`, across the items.
+    let fresh = rate_controller(&args.cloud, calibration.as_ref())?;
+    let mut carried = None;
     let run_name = match args.cloud.escalation_rate {
         Some(rate) => format!("served-{}@{rate:.3}", router.name()),
         None => format!("served-{}-tau{tau:.4}", router.name()),
@@ -323,6 +336,7 @@ fn run_served(args: &EvalArgs, items: &[Item]) -> anyhow::Result<()> {
         "max_new_tokens": args.max_new_tokens,
         "deadline_max_ms": args.cloud.deadline_max_ms,
     });
+    let config = with_rate_control(config, if fresh.is_some() { args.cloud.rate_control } else { RateControlMode::Off });
     let names = vec![(run_name.clone(), format!("served-{}", router.name()), args.cloud.escalation_rate.unwrap_or(f32::NAN))];
     let (mut records, mut out) = open_results(&args.out, &config)?;
     let done: HashSet<String> = records.iter().map(|r| r.id.clone()).collect();
@@ -348,6 +362,7 @@ fn run_served(args: &EvalArgs, items: &[Item]) -> anyhow::Result<()> {
             let mut cloud = LinkCloud::new(&link, next_session_id(), WireSampling::default(), health, !args.cloud.no_presync)
                 .with_speculation(args.cloud.speculate);
             let mut ids = Vec::new();
+            let params = DecodeParams { rate_control: args.cloud.rate_control.session(fresh, carried), ..params };
             let stats = decode(&mut slm, router.as_mut(), &mut cloud, &prompt, params, |e| {
                 ids.push(e.token);
                 match tok.decode(&ids) {
@@ -357,6 +372,7 @@ fn run_served(args: &EvalArgs, items: &[Item]) -> anyhow::Result<()> {
             })
             .await?;
             health = cloud.into_health();
+            carried = stats.rate_control;
             totals.add_counts(&stats);
             let rec = ItemRecord { id: item.id.clone(), answer_key: item.answer_key.clone(), runs: vec![outcome(&tok, item, run_name.clone(), &ids, stats.routing.escalated)?] };
             append(&mut out, &rec)?;

@@ -13,7 +13,8 @@ use std::collections::HashMap;
 use std::ops::ControlFlow;
 
 use common::sampling::{argmax, distribution_stats, DistributionStats};
-use edge_node::decode::{decode, Cloud, CloudAnswer, DecodeParams, Proposal, Slm};
+use edge_node::args::RateControlMode;
+use edge_node::decode::{decode, Cloud, CloudAnswer, DecodeParams, Proposal, RateControl, Slm};
 use edge_node::router::{ConfidenceRouter, MlpRouter, RandomRouter, Router};
 use edge_node::router_file::MlpRouterModel;
 use model_runtime::tokenizer::Tokenizer;
@@ -192,6 +193,11 @@ pub struct ItemEvaluator<'a> {
     max_new_tokens: usize,
     prompt: Vec<u32>,
     rt: tokio::runtime::Runtime,
+    /// `--rate-control`: whether the calibrated policies' tau is steered toward their rate.
+    rate_mode: RateControlMode,
+    /// Under `carry`, each run's controller as its last item left it (by run name): one run
+    /// is one device answering the items in order.
+    carried: HashMap<String, RateControl>,
 }
 
 impl<'a> ItemEvaluator<'a> {
@@ -215,7 +221,16 @@ impl<'a> ItemEvaluator<'a> {
             max_new_tokens,
             prompt: Vec::new(),
             rt: tokio::runtime::Builder::new_current_thread().build()?,
+            rate_mode: RateControlMode::Off,
+            carried: HashMap::new(),
         })
+    }
+
+    /// Steer the router and confidence policies' tau toward their target rate, as the device
+    /// does (`--rate-control`; off unless asked).
+    pub fn with_rate_control(mut self, mode: RateControlMode) -> Self {
+        self.rate_mode = mode;
+        self
     }
 
     /// SLM tokens prefilled or decoded so far, for the report.
@@ -252,7 +267,14 @@ impl<'a> ItemEvaluator<'a> {
                 (Box::new(MlpRouter::from_model(model)), *tau)
             }
         };
-        let params = DecodeParams { max_new_tokens: self.max_new_tokens, tau, rate_control: None };
+        // The calibrated policies' rate is held the device's way, from the same table.
+        let fresh = match (spec, &self.router) {
+            (RunSpec::Router { rate, .. }, Some(m)) => RateControl::for_target(&m.meta().calibration, *rate)?,
+            (RunSpec::Confidence { rate, .. }, Some(m)) => RateControl::for_target(&m.meta().confidence_calibration, *rate)?,
+            _ => None,
+        };
+        let rate_control = self.rate_mode.session(fresh, self.carried.get(&spec.name()).copied());
+        let params = DecodeParams { max_new_tokens: self.max_new_tokens, tau, rate_control };
         let tok = self.tok;
         let mut generated = Vec::new();
         let mut text_error = None;
@@ -272,6 +294,9 @@ impl<'a> ItemEvaluator<'a> {
         }
         if let Some(e) = text_error {
             return Err(e.into());
+        }
+        if let Some(c) = stats.rate_control {
+            self.carried.insert(spec.name(), c);
         }
         Ok((generated, stats.routing.escalated))
     }
