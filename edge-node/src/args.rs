@@ -63,7 +63,7 @@ pub struct CloudArgs {
     /// toward the rate from what is actually escalated, carrying what it learned from session
     /// to session in this process (the requests of `serve`, the items of an evaluation);
     /// `session` starts each session afresh at the calibrated tau; `off` keeps the calibrated
-    /// tau fixed (docs/ARCHITECTURE.md, "Decode loop").
+    /// tau fixed (docs/ARCHITECTURE.md, "Holding the escalation rate").
     #[arg(long, env = "DUET_RATE_CONTROL", value_enum, default_value_t = RateControlMode::Carry)]
     pub rate_control: RateControlMode,
     /// Routing policy: `default` (the trained router shipped for this SLM, else `confidence`),
