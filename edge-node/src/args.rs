@@ -307,3 +307,54 @@ pub async fn connect(cloud: &CloudArgs, tok: &Tokenizer, slm_id: &str) -> anyhow
     };
     Ok((link, LinkHealth::new(deadline_policy(cloud), service)))
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        cloud: CloudArgs,
+    }
+
+    fn cloud(args: &[&str]) -> CloudArgs {
+        Cli::parse_from(std::iter::once("x").chain(args.iter().copied())).cloud
+    }
+
+    fn calibration() -> Calibration {
+        let grid: Vec<f32> = (0..100).map(|i| i as f32 / 100.0).collect();
+        Calibration::from_confidences(&grid, &Calibration::default_rates())
+    }
+
+    #[test]
+    fn a_rate_is_steered_by_default_and_an_explicit_tau_never_is() {
+        let cal = calibration();
+        let c = rate_controller(&cloud(&[]), Some(&cal)).unwrap().expect("the default rate is steered");
+        assert_eq!(c.target(), DEFAULT_ESCALATION_RATE);
+        assert_eq!(rate_controller(&cloud(&["--escalation-rate", "0.2"]), Some(&cal)).unwrap().map(|c| c.target()), Some(0.2));
+        assert!(rate_controller(&cloud(&["--tau", "0.5"]), Some(&cal)).unwrap().is_none());
+        assert!(rate_controller(&cloud(&["--rate-control", "off"]), Some(&cal)).unwrap().is_none());
+        assert!(rate_controller(&cloud(&[]), None).unwrap().is_none(), "no calibration table, no rate");
+        assert!(rate_controller(&cloud(&["--escalation-rate", "0"]), Some(&cal)).unwrap().is_none(), "0 is exact at tau 0");
+    }
+
+    #[test]
+    fn carry_continues_the_controller_of_the_same_target_and_session_starts_afresh() {
+        let cal = calibration();
+        let fresh = RateControl::for_target(&cal, 0.1).unwrap();
+        let mut used = fresh.unwrap();
+        for _ in 0..20 {
+            used.observe(0.99, false);
+        }
+        let carried = Some(used);
+        assert_eq!(RateControlMode::Carry.session(fresh, carried).map(|c| c.tau()), Some(used.tau()));
+        assert_eq!(RateControlMode::Session.session(fresh, carried), fresh);
+        assert_eq!(RateControlMode::Off.session(fresh, carried), None);
+        assert_eq!(RateControlMode::Carry.session(None, carried), None, "a fixed tau is never steered");
+        let other = RateControl::for_target(&cal, 0.2).unwrap();
+        assert_eq!(RateControlMode::Carry.session(other, carried), other, "another target starts afresh");
+    }
+}

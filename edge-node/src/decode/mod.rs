@@ -5,7 +5,8 @@
 //! roll-outs, and later the app server and the fleet simulator. It is generic over the SLM
 //! ([`Slm`]: the ONNX model, a memoised one for evaluation sweeps, or a trace-driven stand-in)
 //! and over the cloud ([`Cloud`]), so what is evaluated is exactly what serves users
-//! (docs/ARCHITECTURE.md, "Decode loop").
+//! (docs/ARCHITECTURE.md, "Decode loop"). When the threshold comes from a target escalation
+//! rate, a [`RateControl`] in [`DecodeParams`] steers it from position to position (`rate`).
 
 mod cloud;
 mod engine;
