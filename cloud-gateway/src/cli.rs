@@ -40,7 +40,7 @@ fn default_http_listen() -> String {
 
 /// Duet cloud gateway: batches escalated tokens from many devices into the LLM.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "cloud-gateway", version, about, after_help = "Fleet identity (CA, device certificates, revocation): cloud-gateway fleet --help")]
+#[command(name = "cloud-gateway", version, about, after_help = "Fleet identity (CA, device certificates, revocation): cloud-gateway ca --help")]
 pub struct GatewayArgs {
     /// UDP address for QUIC.
     #[arg(long, env = "DUET_LISTEN", default_value_t = gateway().listen)]
@@ -63,13 +63,13 @@ pub struct GatewayArgs {
     /// this is a development mode: any device knowing it may claim any device id.
     #[arg(long, env = "DUET_AUTH_TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,
-    /// The fleet CA's certificate (PEM, `cloud-gateway fleet init-ca`): devices must present a
+    /// The fleet CA's certificate (PEM, `cloud-gateway ca init-ca`): devices must present a
     /// certificate it issued (mutual TLS), and their id is the certificate's subject common
     /// name, never what they claim.
     #[arg(long, env = "DUET_CLIENT_CA")]
     pub client_ca: Option<PathBuf>,
     /// Deny list: device ids and serial:HEX certificate serials, one per line
-    /// (`cloud-gateway fleet revoke` appends). Reloaded on change and on SIGHUP; revoked
+    /// (`cloud-gateway ca revoke` appends). Reloaded on change and on SIGHUP; revoked
     /// devices are refused and disconnected.
     #[arg(long, env = "DUET_REVOKED_FILE")]
     pub revoked_file: Option<PathBuf>,

@@ -8,17 +8,17 @@
 //! setting, [`server`] wires it all and [`http`] is the operator's side port; [`drain`] takes
 //! the gateway down gracefully; [`cli`] maps the binary's flags onto [`config::GatewayConfig`].
 //! [`identity`] says who a device is (mutual TLS with a fleet CA, or the dev mode's claimed
-//! id), with revocation and a per-device rate limit; [`fleet`] is the operator's admin command
-//! for the CA and device certificates.
+//! id), with revocation and a per-device rate limit; [`ca_command`] is the operator's admin
+//! command for the CA and device certificates.
 
 pub mod backend;
 pub mod batcher;
+pub mod ca_command;
 pub mod cli;
 pub mod config;
 pub mod dispatch;
 pub mod drain;
 pub mod engine;
-pub mod fleet;
 pub mod http;
 pub mod identity;
 pub mod memory;

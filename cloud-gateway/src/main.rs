@@ -1,5 +1,6 @@
 //! `cloud-gateway`: QUIC server that batches escalations from many devices into the LLM; and
-//! `cloud-gateway fleet ...`, the admin commands for device identity.
+//! `cloud-gateway ca ...`, the admin commands for device identity (`fleet`, its old name, for
+//! one release).
 
 use std::time::Duration;
 
@@ -10,9 +11,9 @@ use cloud_gateway::Gateway;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if argv.get(1).is_some_and(|a| a == "fleet") {
+    if argv.get(1).is_some_and(|a| cloud_gateway::ca_command::NAMES.iter().any(|n| a == n)) {
         // Admin commands (fleet CA, device certificates, revocation): no gateway is started.
-        return cloud_gateway::fleet::run(argv[1..].to_vec());
+        return cloud_gateway::ca_command::run(argv[1..].to_vec());
     }
     let args = GatewayArgs::from_argv(argv)?;
     if args.check {

@@ -1,5 +1,5 @@
-//! The gateway's bounds under abuse and overload, over real QUIC on loopback (issue 13's
-//! probe scenarios, scaled down): each abuse is bounded while it lasts, and once it stops the
+//! The gateway's bounds under abuse and overload (ARCHITECTURE.md, "Gateway"), over real QUIC
+//! on loopback (`loadtest abuse`'s scenarios, scaled down): each abuse is bounded while it lasts, and once it stops the
 //! memory it held is given back and a well-behaved device is served within its deadline.
 
 mod support;

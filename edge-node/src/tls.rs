@@ -1,7 +1,7 @@
 //! TLS for the device's QUIC client: trust the system-independent roots a user gives
 //! (`--ca-cert`, e.g. the gateway's self-signed certificate) or, for local development only,
 //! skip verification; and, where the gateway requires mutual TLS, present this device's own
-//! certificate (`--client-cert`/`--client-key`, issued by `cloud-gateway fleet issue`), which is
+//! certificate (`--client-cert`/`--client-key`, issued by `cloud-gateway ca issue`), which is
 //! what the gateway knows the device by.
 
 use std::path::{Path, PathBuf};

@@ -1,5 +1,6 @@
-//! `loadtest abuse`: issue 13's hostile probe scenarios against a real `cloud-gateway` process
-//! on loopback, and after each what a well-behaved device sees and what the gateway holds.
+//! `loadtest abuse`: hostile probe scenarios against a real `cloud-gateway` process on loopback
+//! (the bounds they test: ARCHITECTURE.md, "Gateway"), and after each what a well-behaved
+//! device sees and what the gateway holds.
 //!
 //! The gateway serves the tiny model behind a simulated cost (`--backend-delay-ms` per batch,
 //! `--backend-token-delay-us` per token of prefill: by default about the 1.5B's on these 2

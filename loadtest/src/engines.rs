@@ -1,4 +1,5 @@
-//! The gateway in front of external engines (issue 11): what it costs and what its routing buys.
+//! The gateway in front of external engines: what it costs and what its routing buys
+//! (BENCHMARKS.md, "Gateway in front of external engines").
 //!
 //! Questions this answers, each against a baseline measured the same way:
 //! - How much does the gateway add over calling the engine directly? `--direct` sends the same

@@ -1,5 +1,5 @@
 //! Per-device identity under mutual TLS, over real QUIC on loopback: a fleet CA issues each
-//! device its certificate (the admin code `cloud-gateway fleet` runs), the gateway takes the
+//! device its certificate (the admin code `cloud-gateway ca` runs), the gateway takes the
 //! device id from the verified certificate and never from `Hello`, refuses forged, expired and
 //! revoked certificates in the TLS handshake, closes a device's live connection when its
 //! certificate is revoked (the deny list reloaded while running), keeps one connection per
@@ -62,7 +62,7 @@ impl Fleet {
         self.dir.path().join("revoked.txt")
     }
 
-    /// Enrol `device` (as `fleet issue` does) into a directory of its own.
+    /// Enrol `device` (as `ca issue` does) into a directory of its own.
     fn enrol(&self, device: &str) -> (ClientIdentity, String) {
         let issued = self.ca.issue(device, 30).unwrap();
         self.install(&issued)
@@ -286,7 +286,7 @@ async fn revoking_a_connected_device_closes_its_connection_within_a_poll_and_spa
     let c = connect(addr, &server, Some(&c_id), "device-c").await.unwrap();
     assert!(matches!(ask(&a, &escalate(1, 0, full(&[1, 2]))).await, Frame::Token { .. }));
 
-    // Revoke A by id (as `cloud-gateway fleet revoke` does): closed within a few polls.
+    // Revoke A by id (as `cloud-gateway ca revoke` does): closed within a few polls.
     let revoked_at = Instant::now();
     revoked::append(&fleet.revoked_file(), "device-a", "stolen").unwrap();
     let closed = closed_within(&a, Duration::from_secs(2)).await;
@@ -414,14 +414,14 @@ async fn in_dev_mode_a_hello_id_with_control_characters_is_refused() {
     gw.shutdown().await;
 }
 
-/// Run `cloud-gateway fleet ...` (the operator's admin command), asserting success.
+/// Run `cloud-gateway ca ...` (the operator's admin command), asserting success.
 fn fleet_cmd(args: &[&str]) -> String {
-    let out = std::process::Command::new(gateway_exe()).arg("fleet").args(args).output().expect("run cloud-gateway fleet");
-    assert!(out.status.success(), "cloud-gateway fleet {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = std::process::Command::new(gateway_exe()).arg("ca").args(args).output().expect("run cloud-gateway ca");
+    assert!(out.status.success(), "cloud-gateway ca {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The operator's path end to end, with the real binary: `fleet init-ca`, `fleet issue`, a
+/// The operator's path end to end, with the real binary: `fleet init-ca`, `ca issue`, a
 /// gateway process with `--client-ca` and `--revoked-file` (polling once an hour, so only the
 /// signal can reload it), `fleet revoke`, then SIGHUP: the device's connection is closed at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

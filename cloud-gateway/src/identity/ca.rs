@@ -1,5 +1,5 @@
 //! The fleet CA: the key that vouches for every device, and the device certificates it issues
-//! (rcgen). `cloud-gateway fleet` drives it ([`crate::fleet`]); the gateway itself only needs
+//! (rcgen). `cloud-gateway ca` drives it ([`crate::ca_command`]); the gateway itself only needs
 //! the CA's certificate (`--client-ca`), never its key.
 //!
 //! A device certificate names its device in the subject's common name, the one place the
@@ -111,7 +111,7 @@ impl FleetCa {
     /// Load the CA in `dir` (as [`init_ca`] wrote it).
     pub fn load(dir: &Path) -> anyhow::Result<Self> {
         let (cert_path, key_path) = (dir.join(CA_CERT_FILE), dir.join(CA_KEY_FILE));
-        let cert = std::fs::read_to_string(&cert_path).with_context(|| format!("reading {} (create a CA with `cloud-gateway fleet init-ca`)", cert_path.display()))?;
+        let cert = std::fs::read_to_string(&cert_path).with_context(|| format!("reading {} (create a CA with `cloud-gateway ca init-ca`)", cert_path.display()))?;
         let key = std::fs::read_to_string(&key_path).with_context(|| format!("reading {}", key_path.display()))?;
         let key = KeyPair::from_pem(&key).with_context(|| format!("parsing {}", key_path.display()))?;
         let issuer = Issuer::from_ca_cert_pem(&cert, key).with_context(|| format!("parsing {}", cert_path.display()))?;

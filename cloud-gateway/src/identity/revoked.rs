@@ -1,5 +1,5 @@
 //! The deny list: device ids and certificate serials the gateway refuses, read from a file the
-//! operator edits (by hand or with `cloud-gateway fleet revoke`) and reloaded while the gateway
+//! operator edits (by hand or with `cloud-gateway ca revoke`) and reloaded while the gateway
 //! runs.
 //!
 //! A certificate stays valid until it expires; revoking it must not wait for that, nor for a
@@ -10,7 +10,7 @@
 //! replaced by a new certificate for the same id).
 //!
 //! Format, one entry per line: `serial:HEX` (colons and case as `openssl x509 -serial` or
-//! `fleet issue` prints it) or a device id; blank lines and lines starting with `#` are skipped.
+//! `ca issue` prints it) or a device id; blank lines and lines starting with `#` are skipped.
 
 use std::collections::HashSet;
 use std::path::Path;

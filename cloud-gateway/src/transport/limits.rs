@@ -3,7 +3,7 @@
 //! and in total ([`BufferBudget`]). The stream read timeout that goes with the byte budget is
 //! applied where streams are read ([`super::read::read_request_frame`]).
 //!
-//! Measured without them (issue 13's probe): 10,000 idle connections from one host locked new
+//! Measured without them (BENCHMARKS.md, "Gateway under abuse and overload"): 10,000 idle connections from one host locked new
 //! devices out, and 30 connections holding partial frames on every stream pinned 2.1 GB.
 
 use std::net::IpAddr;

@@ -1,5 +1,5 @@
 //! `loadtest fleet`: thousands of simulated devices on real, impaired links against one real
-//! gateway, each checking its own token stream (issue 12).
+//! gateway, each checking its own token stream (BENCHMARKS.md, "Fleet load test").
 //!
 //! What runs: a gateway in its own process ([`gateway`]: the fixed-cost backend, the embedded
 //! LLM or external engines; or an external gateway), one impairment relay per network profile

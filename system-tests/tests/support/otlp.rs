@@ -1,7 +1,7 @@
 //! A real OTLP trace receiver for tests: OTLP/HTTP with protobuf bodies (`POST /v1/traces`,
 //! the protocol and port-4318 path the binaries' exporters speak), decoded with
 //! `opentelemetry-proto`'s types, which are generated from the official protobuf definitions.
-//! No registry ships an OpenTelemetry Collector or Jaeger binary (DESIGN.md section 9), so the
+//! No package registry reachable here ships an OpenTelemetry Collector or Jaeger binary, so the
 //! tests run this one in-process and read back every span it received.
 
 #![allow(dead_code)]

@@ -1,7 +1,10 @@
-//! `cloud-gateway fleet ...`: the operator's admin commands for device identity: create the
+//! `cloud-gateway ca ...`: the operator's admin commands for device identity: create the
 //! fleet CA, issue a device its certificate, revoke one. They live in the gateway's binary (not
 //! a separate tool) because they share its code for what a device id and a deny list are, so
-//! what `fleet` writes is exactly what the gateway accepts.
+//! what `ca` writes is exactly what the gateway accepts.
+//!
+//! `cloud-gateway fleet ...`, the command's old name, still runs it (with a warning) for one
+//! release: `fleet` also names `loadtest fleet`, the simulated devices, which it is not.
 //!
 //! None of them needs a running gateway; `revoke` edits the deny-list file a running gateway
 //! watches (`--revoked-file`), which takes effect at its next poll.
@@ -13,16 +16,19 @@ use clap::{Parser, Subcommand};
 use crate::identity::ca::{init_ca, FleetCa, CA_CERT_FILE};
 use crate::identity::revoked;
 
-/// Fleet identity administration: a CA, device certificates, revocation.
+/// Device identity administration: the fleet CA, device certificates, revocation.
 #[derive(Debug, Parser)]
-#[command(name = "cloud-gateway fleet", bin_name = "cloud-gateway fleet")]
-pub struct FleetArgs {
+#[command(name = "cloud-gateway ca", bin_name = "cloud-gateway ca")]
+struct CaArgs {
     #[command(subcommand)]
-    command: FleetCommand,
+    command: CaCommand,
 }
 
+/// The command's name, and the old one it answers to for a release.
+pub const NAMES: [&str; 2] = ["ca", "fleet"];
+
 #[derive(Debug, Subcommand)]
-enum FleetCommand {
+enum CaCommand {
     /// Create the fleet CA (ca-cert.pem, ca-key.pem) in a new directory. Give the gateway
     /// ca-cert.pem as --client-ca; keep ca-key.pem off the gateway.
     InitCa {
@@ -67,15 +73,19 @@ enum FleetCommand {
     },
 }
 
-/// Run `cloud-gateway fleet` with `argv` (its first element is `fleet`).
+/// Run `cloud-gateway ca` with `argv` (its first element is `ca`, or the old name `fleet`,
+/// which is warned about).
 pub fn run(argv: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
-    let args = FleetArgs::parse_from(argv);
+    if argv.first().is_some_and(|a| a == "fleet") {
+        eprintln!("warning: `cloud-gateway fleet` is now `cloud-gateway ca`; the old name goes in the next release");
+    }
+    let args = CaArgs::parse_from(argv);
     match args.command {
-        FleetCommand::InitCa { dir, name, days } => {
+        CaCommand::InitCa { dir, name, days } => {
             let cert = init_ca(&dir, &name, days)?;
             println!("fleet CA created in {}; give the gateway --client-ca {}", dir.display(), cert.display());
         }
-        FleetCommand::Issue { ca_dir, device, days, out } => {
+        CaCommand::Issue { ca_dir, device, days, out } => {
             let ca = FleetCa::load(&ca_dir)?;
             let issued = ca.issue(&device, days)?;
             let (cert, key) = ca.write(&issued, &out)?;
@@ -84,7 +94,7 @@ pub fn run(argv: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
             println!("install on the device: edge-node ... --client-cert {} --client-key {}", cert.display(), key.display());
             println!("(the gateway trusts it through --client-ca {})", ca_dir.join(CA_CERT_FILE).display());
         }
-        FleetCommand::Revoke { revoked_file, entry, reason } => {
+        CaCommand::Revoke { revoked_file, entry, reason } => {
             let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
             if revoked::append(&revoked_file, &entry, &format!("{reason} (unix time {stamp})"))? {
                 println!("revoked {}: gateways watching {} refuse it and close its connections at their next poll", entry.trim(), revoked_file.display());
@@ -102,8 +112,8 @@ mod tests {
     use crate::identity::ca::{DEVICE_CERT_FILE, DEVICE_KEY_FILE, ISSUED_LOG};
     use crate::identity::revoked::DenyList;
 
-    fn fleet(args: &[&str]) -> anyhow::Result<()> {
-        run(std::iter::once("fleet").chain(args.iter().copied()).map(Into::into).collect())
+    fn ca_cmd(args: &[&str]) -> anyhow::Result<()> {
+        run(std::iter::once("ca").chain(args.iter().copied()).map(Into::into).collect())
     }
 
     #[test]
@@ -111,14 +121,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (ca, out, revoked) = (dir.path().join("ca"), dir.path().join("enrol"), dir.path().join("revoked.txt"));
         let s = |p: &std::path::Path| p.to_str().unwrap().to_string();
-        fleet(&["init-ca", "--dir", &s(&ca), "--days", "30"]).unwrap();
-        assert!(fleet(&["init-ca", "--dir", &s(&ca)]).is_err(), "never over an existing CA");
-        fleet(&["issue", "--ca-dir", &s(&ca), "--device", "device-7", "--days", "10", "--out", &s(&out)]).unwrap();
+        ca_cmd(&["init-ca", "--dir", &s(&ca), "--days", "30"]).unwrap();
+        assert!(ca_cmd(&["init-ca", "--dir", &s(&ca)]).is_err(), "never over an existing CA");
+        ca_cmd(&["issue", "--ca-dir", &s(&ca), "--device", "device-7", "--days", "10", "--out", &s(&out)]).unwrap();
         assert!(out.join(DEVICE_CERT_FILE).exists() && out.join(DEVICE_KEY_FILE).exists());
-        assert!(fleet(&["issue", "--ca-dir", &s(&ca), "--device", "bad\u{7}id", "--out", &s(&dir.path().join("x"))]).is_err());
+        assert!(ca_cmd(&["issue", "--ca-dir", &s(&ca), "--device", "bad\u{7}id", "--out", &s(&dir.path().join("x"))]).is_err());
         let serial = std::fs::read_to_string(ca.join(ISSUED_LOG)).unwrap().split('\t').next().unwrap().to_string();
-        fleet(&["revoke", "--revoked-file", &s(&revoked), "device-9"]).unwrap();
-        fleet(&["revoke", "--revoked-file", &s(&revoked), &format!("serial:{serial}"), "--reason", "key leaked"]).unwrap();
+        ca_cmd(&["revoke", "--revoked-file", &s(&revoked), "device-9"]).unwrap();
+        ca_cmd(&["revoke", "--revoked-file", &s(&revoked), &format!("serial:{serial}"), "--reason", "key leaked"]).unwrap();
         let list = DenyList::load(&revoked).unwrap();
         assert!(list.denies("device-9", None));
         use rustls::pki_types::pem::PemObject;
@@ -126,5 +136,14 @@ mod tests {
         let cert = crate::identity::cert::parse_device_cert(&der).unwrap();
         assert_eq!(cert.device_id, "device-7");
         assert!(list.denies("device-7", Some(&cert.serial)), "revoked by the serial issue logged");
+    }
+
+    #[test]
+    fn the_old_name_fleet_still_runs_the_ca_commands() {
+        let dir = tempfile::tempdir().unwrap();
+        let revoked = dir.path().join("revoked.txt");
+        let argv = ["fleet", "revoke", "--revoked-file", revoked.to_str().unwrap(), "device-3"];
+        run(argv.iter().map(Into::into).collect()).unwrap();
+        assert!(DenyList::load(&revoked).unwrap().denies("device-3", None));
     }
 }
