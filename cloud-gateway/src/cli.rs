@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::backend::{Backend, DelayBackend, EmbeddedBackend, EmbeddedOptions};
+use crate::batcher::backend::{Backend, DelayBackend, EmbeddedBackend, EmbeddedOptions};
 use crate::config::{BatcherConfig, CertSource, GatewayConfig, OverloadConfig, RateLimit};
 use crate::engine::pool::breaker::BreakerConfig;
 use crate::engine::pool::health::HealthConfig;

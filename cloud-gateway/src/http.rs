@@ -2,9 +2,10 @@
 //! the operator's `POST /drain`.
 //!
 //! Separate from QUIC so that an orchestrator (Kubernetes probes, Prometheus) can watch the
-//! gateway with plain HTTP; readiness turns false when the batcher stops or its queue is
-//! full, so a load balancer sends new devices elsewhere before they would get `Busy`, and at
-//! once when a drain starts (liveness stays true: a draining gateway must not be killed).
+//! gateway with plain HTTP; readiness turns false when the LLM path cannot take work (the
+//! batcher stopped, saturated or stalled; no engine worker with room), so a load balancer
+//! sends new devices elsewhere before they would get `Busy`, and at once when a drain starts
+//! (liveness stays true: a draining gateway must not be killed).
 //! `POST /drain` starts the same drain as SIGTERM; it needs `Authorization: Bearer <admin
 //! token>` and is refused outright when no admin token is configured (the side port is often
 //! reachable by more than the operator).
@@ -56,7 +57,7 @@ async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, String) {
         let connections = shared.connections.load(Ordering::Relaxed);
         return (StatusCode::SERVICE_UNAVAILABLE, format!("draining: {connections} devices still connected, exiting within {:.1} s\n", left.as_secs_f64()));
     }
-    match shared.queue.not_ready() {
+    match shared.llm.not_ready() {
         Some(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
         None => (StatusCode::OK, "ready\n".into()),
     }

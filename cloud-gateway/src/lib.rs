@@ -1,17 +1,19 @@
 //! Duet's cloud gateway as a library, so the binary, the tests and the load tester run the
 //! same code.
 //!
-//! Modules follow the data path of an escalation (docs/ARCHITECTURE.md):
+//! Modules follow the data path of an escalation (docs/ARCHITECTURE.md, "Gateway"):
 //! [`transport`] (QUIC listener, one actor per device, frame reading) → [`sessions`] (each
-//! session's token context) → [`batcher`] (queue, cut policy, the actor that owns the
-//! backend) → [`backend`] (the LLM). [`state`] is what connections share, [`config`] every
-//! setting, [`server`] wires it all and [`http`] is the operator's side port; [`drain`] takes
-//! the gateway down gracefully; [`cli`] maps the binary's flags onto [`config::GatewayConfig`].
+//! session's token context) → [`dispatch`] (the seam every LLM path sits behind: the request,
+//! the outcome, `Busy`, the model's facts) → one of two paths, side by side: [`batcher`]
+//! (admission by cost, queue and cut policy, the actor that owns an in-process
+//! [`batcher::backend`], the embedded ONNX LLM) or [`engine`] (the pool of external engines:
+//! SGLang, vLLM, llama.cpp). [`state`] is what connections share, [`config`] every setting,
+//! [`server`] wires it all and [`http`] is the operator's side port; [`drain`] takes the gateway
+//! down gracefully; [`cli`] maps the binary's flags onto [`config::GatewayConfig`].
 //! [`identity`] says who a device is (mutual TLS with a fleet CA, or the dev mode's claimed
 //! id), with revocation and a per-device rate limit; [`ca_command`] is the operator's admin
 //! command for the CA and device certificates.
 
-pub mod backend;
 pub mod batcher;
 pub mod ca_command;
 pub mod cli;

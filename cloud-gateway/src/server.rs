@@ -1,6 +1,7 @@
-//! The gateway as a whole: wires the listener, the session store, the batcher, session expiry,
-//! the drain task and the HTTP side port together, and takes them down again: at once
-//! ([`Gateway::shutdown`]) or gracefully ([`Gateway::drain`], then [`Gateway::drained`]).
+//! The gateway as a whole: wires the listener, the session store, the LLM path (the batcher or
+//! the engine pool, behind [`crate::dispatch`]), session expiry, the drain task and the HTTP
+//! side port together, and takes them down again: at once ([`Gateway::shutdown`]) or
+//! gracefully ([`Gateway::drain`], then [`Gateway::drained`]).
 //!
 //! This is the only module that knows every part; the parts know only the shared state
 //! ([`crate::state`]) and the layers below them, so none of them imports another.
@@ -12,10 +13,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::backend::{Backend, ModelFacts};
+use crate::batcher::backend::Backend;
 use crate::batcher::spawn_batcher_with;
 use crate::config::GatewayConfig;
-use crate::dispatch::Dispatcher;
+use crate::dispatch::{Dispatch, Dispatcher, ModelFacts};
+use crate::engine::pool::dispatch::EngineDispatch;
 use crate::engine::pool::EnginePool;
 use crate::identity::Identities;
 use crate::sessions::SessionStore;
@@ -30,6 +32,8 @@ pub struct Gateway {
     pub shared: Arc<Shared>,
     /// Bound address of the HTTP side port, if any.
     pub http_addr: Option<SocketAddr>,
+    /// The engine pool, when engines serve (for tests and diagnostics).
+    engines: Option<Arc<EnginePool>>,
     drained: watch::Receiver<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -41,8 +45,8 @@ impl Gateway {
     pub async fn start(config: GatewayConfig, backend: Box<dyn Backend>) -> anyhow::Result<Self> {
         let config = config.validated()?;
         let facts = backend.facts();
-        let queue = spawn_batcher_with(backend, config.batcher, config.overload).await?;
-        Self::start_with(config, facts, Dispatcher::Batcher(queue), Vec::new()).await
+        let batcher = spawn_batcher_with(backend, config.batcher, config.overload).await?;
+        Self::start_with(config, facts, Arc::new(batcher), Vec::new()).await
     }
 
     /// Start serving from external engines: `pool` is already checked against the devices'
@@ -52,16 +56,18 @@ impl Gateway {
         let config = config.validated()?;
         let pool = Arc::new(pool);
         let health = pool.spawn_health_checks();
-        Self::start_with(config, facts, Dispatcher::Engines(pool), vec![health]).await
+        let mut gateway = Self::start_with(config, facts, Arc::new(EngineDispatch(pool.clone())), vec![health]).await?;
+        gateway.engines = Some(pool);
+        Ok(gateway)
     }
 
-    async fn start_with(config: GatewayConfig, facts: ModelFacts, queue: Dispatcher, mut tasks: Vec<JoinHandle<()>>) -> anyhow::Result<Self> {
+    async fn start_with(config: GatewayConfig, facts: ModelFacts, llm: Arc<dyn Dispatch>, mut tasks: Vec<JoinHandle<()>>) -> anyhow::Result<Self> {
         let identities = Arc::new(Identities::load(&config)?);
         let endpoint = listener::bind(&config, identities.client_verifier())?;
         tasks.extend(identities.spawn_reloader());
-        let shared = Arc::new(Shared::new(&config, &facts, queue.clone(), identities));
+        let shared = Arc::new(Shared::new(&config, &facts, llm, identities));
         tasks.push(listener::spawn_accept_loop(endpoint.clone(), shared.clone()));
-        tasks.push(spawn_expiry(shared.store.clone(), queue, config.session_idle));
+        tasks.push(spawn_expiry(shared.store.clone(), shared.llm.clone(), config.session_idle));
         // After a flood, what it held is given back to the system, not only to the allocator.
         tasks.push(crate::memory::spawn_trimmer(shared.clone(), Duration::from_secs(5)));
         let (drained_tx, drained) = watch::channel(false);
@@ -76,7 +82,12 @@ impl Gateway {
         };
         metrics::gauge!("duet_gateway_draining").set(0.0);
         tracing::info!(quic = %endpoint.local_addr()?, http = ?http_addr, llm = %facts.llm_id, "gateway listening");
-        Ok(Self { endpoint, shared, http_addr, drained, tasks })
+        Ok(Self { endpoint, shared, http_addr, engines: None, drained, tasks })
+    }
+
+    /// The engine pool serving this gateway, if engines serve it.
+    pub fn engine_pool(&self) -> Option<&Arc<EnginePool>> {
+        self.engines.as_ref()
     }
 
     /// Local QUIC address.
@@ -98,26 +109,26 @@ impl Gateway {
         let _ = rx.wait_for(|done| *done).await;
     }
 
-    /// Stop accepting, close every connection and stop the batcher.
+    /// Stop accepting, close every connection and stop the LLM path.
     pub async fn shutdown(self) {
         self.endpoint.close(0u32.into(), b"gateway shutting down");
         for t in &self.tasks {
             t.abort();
         }
-        self.shared.queue.stop();
+        self.shared.llm.stop();
         self.endpoint.wait_idle().await;
     }
 }
 
-/// Drop sessions idle longer than `idle`, and their queued work and backend state, checking
-/// four times per `idle` (at most every 100 ms).
-fn spawn_expiry(store: Arc<SessionStore>, queue: Dispatcher, idle: Duration) -> JoinHandle<()> {
+/// Drop sessions idle longer than `idle`, and their queued work and LLM state, checking four
+/// times per `idle` (at most every 100 ms).
+fn spawn_expiry(store: Arc<SessionStore>, llm: Dispatcher, idle: Duration) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval((idle / 4).max(Duration::from_millis(100)));
         loop {
             tick.tick().await;
             for key in store.expire_idle(Instant::now(), idle) {
-                queue.end_session(key);
+                llm.end_session(key);
             }
         }
     })

@@ -1,8 +1,8 @@
 //! What every connection shares: the limits derived from the configuration and the model,
-//! the session store, the batcher's queue, the connection count and the drain.
+//! the session store, the LLM (behind the dispatch seam), the connection count and the drain.
 //!
 //! It sits below the transport and the HTTP port (both read it) and above the store and the
-//! batcher (it holds them), so that `server` wires the pieces together without the pieces
+//! LLM paths (it holds them), so that `server` wires the pieces together without the pieces
 //! importing each other. The limits a device sees are derived here, in one place, from
 //! [`GatewayConfig`] and [`ModelFacts`].
 
@@ -15,8 +15,8 @@ use common::exchange::Drain;
 use common::protocol::{Limits, ValidationLimits};
 use tokio::sync::watch;
 
-use crate::backend::ModelFacts;
-use crate::dispatch::Dispatcher;
+use crate::dispatch::ModelFacts;
+use crate::dispatch::{Dispatch, Dispatcher};
 use crate::config::GatewayConfig;
 use crate::identity::Identities;
 use crate::sessions::SessionStore;
@@ -38,8 +38,8 @@ pub struct Shared {
     pub max_connections: usize,
     /// Every live session's token context.
     pub store: Arc<SessionStore>,
-    /// Where escalations go.
-    pub queue: Dispatcher,
+    /// The LLM escalations go to: the batcher or the engine pool, behind the dispatch seam.
+    pub llm: Dispatcher,
     /// Devices past the handshake right now.
     pub connections: AtomicUsize,
     /// Connections per source address (bounded: one host cannot take every place).
@@ -65,10 +65,12 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Derive the shared state from a validated configuration and the backend's facts, with
-    /// the identities `config` describes (loaded before the listener, whose TLS needs them).
-    pub fn new(config: &GatewayConfig, facts: &ModelFacts, queue: Dispatcher, identity: Arc<Identities>) -> Self {
+    /// Derive the shared state from a validated configuration and the LLM's facts, with the
+    /// LLM path `llm` and the identities `config` describes (loaded before the listener,
+    /// whose TLS needs them).
+    pub fn new(config: &GatewayConfig, facts: &ModelFacts, llm: Arc<dyn Dispatch>, identity: Arc<Identities>) -> Self {
         let max_context_tokens = facts.max_context.saturating_sub(1);
+        let drain = watch::Sender::new(None);
         Self {
             handshake: HandshakePolicy {
                 auth_token: config.auth_token.clone(),
@@ -86,12 +88,12 @@ impl Shared {
             max_sessions_per_device: config.max_sessions_per_device,
             max_connections: config.max_connections,
             store: Arc::new(SessionStore::with_total(max_context_tokens, config.max_sessions_per_device, config.overload.max_sessions)),
-            queue,
+            llm: Dispatcher::new(llm, drain.subscribe()),
             connections: AtomicUsize::new(0),
             sources: Arc::new(SourceLimiter::new(config.overload.max_connections_per_source)),
             buffers: Arc::new(BufferBudget::new(config.overload.max_buffered_bytes_per_connection, config.overload.max_buffered_bytes, config.overload.stream_read_timeout)),
             open_escalations: AtomicUsize::new(0),
-            drain: watch::Sender::new(None),
+            drain,
             drain_grace: config.drain_grace,
             drain_redirect: config.drain_redirect.clone(),
             admin_token: config.admin_token.clone(),
@@ -120,19 +122,14 @@ impl Shared {
         *self.drain.borrow()
     }
 
-    /// Whether an escalation arriving at `now` is still taken (not past the drain's admission).
-    pub fn admits_escalations(&self, now: Instant) -> bool {
-        self.draining().is_none_or(|d| d.admits_escalations(now))
-    }
-
-    /// The limits announced in `Welcome`, with the batcher's current service time so that a
+    /// The limits announced in `Welcome`, with the LLM's current service time so that a
     /// device's first deadlines are realistic.
     pub fn welcome_limits(&self) -> Limits {
         Limits {
             max_frame_bytes: u32::try_from(self.max_frame_bytes).unwrap_or(u32::MAX),
             max_context_tokens: u32::try_from(self.max_context_tokens).unwrap_or(u32::MAX),
             max_sessions: u32::try_from(self.max_sessions_per_device).unwrap_or(u32::MAX),
-            service_time_ms: self.queue.service_ms(),
+            service_time_ms: self.llm.service_ms(),
         }
     }
 

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cloud_gateway::backend::{DelayBackend, EmbeddedBackend, EmbeddedOptions};
+use cloud_gateway::batcher::backend::{DelayBackend, EmbeddedBackend, EmbeddedOptions};
 use cloud_gateway::config::OverloadConfig;
 use cloud_gateway::{Gateway, GatewayConfig};
 use common::protocol::{encode_frame, ContextSync, ErrorCode, Frame, TokenIds, WireSampling};
@@ -251,7 +251,7 @@ async fn a_full_no_deadline_allows_is_busy_at_once_and_a_stalled_backend_answers
     assert!(matches!(first.await.unwrap(), Frame::Token { .. }));
     // The backend completes its calls again: ready.
     let shared = Arc::clone(&gw.shared);
-    eventually("ready again", || shared.queue.not_ready().is_none()).await;
+    eventually("ready again", || shared.llm.not_ready().is_none()).await;
     assert_eq!(http_get(http, "/readyz").await.0, 200);
     gw.shutdown().await;
 }

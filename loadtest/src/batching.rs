@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
-use cloud_gateway::backend::{Backend, BackendRequest, EmbeddedBackend, EmbeddedOptions};
+use cloud_gateway::batcher::backend::{Backend, LlmRequest, EmbeddedBackend, EmbeddedOptions};
 use cloud_gateway::sessions::SessionKey;
 use common::sampling::SamplingParams;
 use model_runtime::model_files::DEFAULT_LLM;
@@ -58,7 +58,7 @@ pub fn run(args: BatchingArgs) -> anyhow::Result<()> {
         for &b in &args.batches {
             let device: Arc<str> = Arc::from(format!("bench-{delta}-{b}"));
             let mut contexts: Vec<Vec<u32>> = (0..b).map(|s| (0..args.context).map(|i| (100 + 7 * i + 131 * s) as u32 % 150_000).collect()).collect();
-            let req = |s: usize, ctx: &Vec<u32>, seq: u32| BackendRequest {
+            let req = |s: usize, ctx: &Vec<u32>, seq: u32| LlmRequest {
                 session: SessionKey { device: device.clone(), session_id: s as u64 },
                 context: Arc::from(ctx.as_slice()),
                 sampling: SamplingParams::default(),

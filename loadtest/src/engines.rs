@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::Args;
-use cloud_gateway::backend::{Backend, EmbeddedBackend, EmbeddedOptions};
+use cloud_gateway::batcher::backend::{Backend, EmbeddedBackend, EmbeddedOptions};
 use cloud_gateway::config::{BatcherConfig, GatewayConfig};
 use cloud_gateway::engine::client::EngineClient;
 use cloud_gateway::engine::connect::{connect, expected_vocabulary, tokenizer_path};

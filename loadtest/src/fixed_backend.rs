@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use cloud_gateway::backend::{Backend, BackendError, BackendRequest, BackendToken, ModelFacts};
+use cloud_gateway::batcher::backend::{Backend, LlmError, LlmRequest, LlmToken, ModelFacts};
 use model_runtime::model_files::ModelManifest;
 
 /// Sleeps `cost` per batch and answers with `hash(context) % vocab_size`.
@@ -42,10 +42,10 @@ impl Backend for FixedCostBackend {
     fn facts(&self) -> ModelFacts {
         self.facts.clone()
     }
-    fn next_tokens(&mut self, batch: &[BackendRequest]) -> Vec<Result<BackendToken, BackendError>> {
+    fn next_tokens(&mut self, batch: &[LlmRequest]) -> Vec<Result<LlmToken, LlmError>> {
         if !self.cost.is_zero() {
             std::thread::sleep(self.cost);
         }
-        batch.iter().map(|r| Ok(BackendToken { token_id: expected_token(&r.context, self.facts.vocab_size), logprob: -1.0 })).collect()
+        batch.iter().map(|r| Ok(LlmToken { token_id: expected_token(&r.context, self.facts.vocab_size), logprob: -1.0 })).collect()
     }
 }

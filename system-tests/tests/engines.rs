@@ -10,7 +10,6 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cloud_gateway::dispatch::Dispatcher;
 use cloud_gateway::engine::connect::{connect, connect_with, expected_vocabulary, tokenizer_path};
 use cloud_gateway::engine::discovery::FixedResolver;
 use cloud_gateway::engine::pool::breaker::{BreakerConfig, BreakerState};
@@ -51,7 +50,7 @@ async fn gateway_over(dir: &std::path::Path, pool: PoolConfig) -> Gateway {
 }
 
 fn breaker_states(gw: &Gateway) -> Vec<BreakerState> {
-    let Dispatcher::Engines(pool) = &gw.shared.queue else { panic!("not an engine gateway") };
+    let pool = gw.engine_pool().expect("an engine gateway");
     pool.workers().iter().map(|w| w.breaker_state(Instant::now())).collect()
 }
 
@@ -229,7 +228,7 @@ async fn scrape(gw: &Gateway) -> String {
 }
 
 async fn wait_for_labels(gw: &Gateway, want: &[String]) {
-    let Dispatcher::Engines(pool) = &gw.shared.queue else { panic!("not an engine gateway") };
+    let pool = gw.engine_pool().expect("an engine gateway");
     let t = Instant::now();
     loop {
         let labels: Vec<String> = pool.workers().iter().map(|w| w.label().to_string()).collect();
@@ -388,7 +387,7 @@ async fn beyond_its_in_flight_bound_every_worker_full_means_busy_at_once_and_the
     assert!(matches!(second, Frame::Busy { .. }), "{second:?}");
     assert!(waited < Duration::from_secs(1), "Busy comes at once, not after a wait: {waited:?}");
     assert!(matches!(first.await.unwrap().0, Frame::Token { .. }));
-    let Dispatcher::Engines(pool) = &gw.shared.queue else { unreachable!() };
+    let pool = gw.engine_pool().expect("an engine gateway");
     assert_eq!(pool.in_flight(), 0);
     assert!(matches!(escalate(2).await.unwrap().0, Frame::Token { .. }), "the slot is free again");
     gw.shutdown().await;

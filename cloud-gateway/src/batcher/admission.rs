@@ -1,5 +1,8 @@
 //! Admission by estimated cost, and readiness, as plain functions of figures passed in (time
-//! included), so the rules are unit-tested without a runtime.
+//! included), so the rules are unit-tested without a runtime: [`decide`] takes one
+//! [`Snapshot`] (what is admitted, the escalation's session's prefill state, the cost model,
+//! `now` and the deadline) and returns a [`Decision`]; the batcher's handle only reads the
+//! snapshot and applies the decision.
 //!
 //! The count bound (`queue_capacity`) alone let a queue of slow work hold every escalation
 //! until its deadline passed: devices waited out their deadlines instead of hearing `Busy`.
@@ -21,7 +24,10 @@
 //! one batch has been running for too long (a stalled backend); ready again once it has
 //! caught up and batches complete.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use super::ledger::SessionWork;
+use crate::dispatch::BusyReason;
 
 /// How long the backend takes, as learned from the batches it ran.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -175,6 +181,79 @@ pub fn retry_after_ms(ms: f64) -> u32 {
     ms.clamp(5.0, 30_000.0).round() as u32
 }
 
+/// Everything admission weighs for one escalation, read at one instant.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Snapshot {
+    /// When the escalation asks to be admitted.
+    pub now: Instant,
+    /// When its device stops waiting.
+    pub deadline: Instant,
+    /// Tokens of its context.
+    pub context_len: usize,
+    /// Its session's prefill state (computed, covered by the session's admitted work).
+    pub session: SessionWork,
+    /// Everything admitted and not answered yet (its own session's work included).
+    pub all: Ahead,
+    /// The backend's speed as learned so far.
+    pub model: CostModel,
+    /// How batches are cut.
+    pub cut: Cut,
+    /// Most escalations admitted at once.
+    pub capacity: usize,
+    /// Smoothed backend time per batch, ms (the least a full queue takes to move).
+    pub service_ms: u32,
+}
+
+/// What admission decides for one escalation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Admit it: it costs `cost` tokens of prefill and adds `work` to what is ahead.
+    Admit {
+        /// Tokens of prefill it costs (at least 1).
+        cost: usize,
+        /// What it adds to the work ahead of later escalations.
+        work: Ahead,
+    },
+    /// Refuse it with `Busy`.
+    Refuse(Refusal),
+}
+
+/// Why and for how long an escalation is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    /// The device's wait before escalating again, ms.
+    pub retry_after_ms: u32,
+    /// Why.
+    pub reason: BusyReason,
+    /// Refused for its own cost: warm its session's context from this many computed tokens,
+    /// so that its next escalation costs only its delta.
+    pub warm_from: Option<usize>,
+}
+
+/// Admit or refuse the escalation `s` describes: refused when the work ahead of it (other
+/// sessions' only: [`others`]) and its own cost ([`cost`]) would miss its deadline
+/// ([`admit`]), or when every place is taken ([`full`]).
+pub fn decide(s: &Snapshot) -> Decision {
+    let cost = cost(s.context_len, s.session.computed, s.session.covered);
+    let ahead = others(s.all, s.session.pending);
+    if let Err(retry_after_ms) = admit(&s.model, s.cut, ahead, cost, s.deadline.saturating_duration_since(s.now)) {
+        let warm_from = Some(s.context_len.saturating_sub(cost));
+        return Decision::Refuse(Refusal { retry_after_ms, reason: BusyReason::Cost, warm_from });
+    }
+    if s.all.rows >= s.capacity {
+        return Decision::Refuse(full(s));
+    }
+    Decision::Admit { cost, work: Ahead::of(cost, s.cut) }
+}
+
+/// The refusal of an escalation that finds every place taken: come back once the queue ahead
+/// has drained (at least one service time).
+pub fn full(s: &Snapshot) -> Refusal {
+    let all = s.all;
+    let drain_ms = s.model.estimate_ms(all.rows, all.tokens + all.long_tokens, s.cut.max_batch).max(f64::from(s.service_ms));
+    Refusal { retry_after_ms: retry_after_ms(drain_ms), reason: BusyReason::Capacity, warm_from: None }
+}
+
 /// When the batcher stops being ready.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadinessPolicy {
@@ -320,6 +399,59 @@ mod tests {
         let a = Ahead { rows: 3, tokens: 10, long_rows: 1, long_tokens: 500, warming: true };
         assert_eq!(others(a, a), Ahead { warming: true, ..Ahead::default() });
         assert_eq!(others(Ahead::default(), a), Ahead::default(), "never below zero");
+    }
+
+    /// A snapshot at `now` of an escalation of `len` tokens with `left_ms` to its deadline,
+    /// on an idle gateway with the learned model.
+    fn snapshot(now: Instant, len: usize, left_ms: u32) -> Snapshot {
+        Snapshot {
+            now,
+            deadline: now + left_ms * MS,
+            context_len: len,
+            session: SessionWork::default(),
+            all: Ahead::default(),
+            model: learned(),
+            cut: CUT,
+            capacity: 256,
+            service_ms: 60,
+        }
+    }
+
+    #[test]
+    fn a_decision_depends_on_the_time_left_at_now_not_on_the_clock() {
+        let t0 = Instant::now();
+        let s = snapshot(t0, 100, 2_000);
+        assert_eq!(decide(&s), Decision::Admit { cost: 100, work: Ahead { rows: 1, tokens: 100, ..Ahead::default() } });
+        // The same escalation asked 500 ms later has 1.5 s left: 100 tokens take 1.8 s.
+        let late = Snapshot { now: t0 + 500 * MS, ..s };
+        let Decision::Refuse(r) = decide(&late) else { panic!("admitted") };
+        assert_eq!((r.reason, r.warm_from), (BusyReason::Cost, Some(0)), "refused for its cost, its context warmed from scratch");
+        assert_eq!(r.retry_after_ms, 1_782, "its own prefill's estimate");
+    }
+
+    #[test]
+    fn a_decision_admits_a_first_hard_token_behind_its_own_presync_and_warms_a_refused_one_from_what_is_covered() {
+        let t0 = Instant::now();
+        let presync = Ahead::of(130, CUT);
+        let own = SessionWork { computed: 0, covered: 130, pending: presync };
+        let s = Snapshot { session: own, all: presync, ..snapshot(t0, 134, 3_000) };
+        assert_eq!(decide(&s), Decision::Admit { cost: 4, work: Ahead::of(4, CUT) });
+        // Behind another session's long prefill instead, with too short a deadline.
+        let theirs = Ahead::of(4_000, CUT);
+        let s = Snapshot { all: presync.plus(theirs), ..s };
+        let Decision::Refuse(r) = decide(&Snapshot { deadline: t0 + 1_000 * MS, ..s }) else { panic!("admitted") };
+        assert_eq!(r.warm_from, Some(130), "what its pre-sync computes is not warmed again");
+    }
+
+    #[test]
+    fn a_decision_refuses_a_full_queue_with_its_drain_time() {
+        let t0 = Instant::now();
+        let full_queue = Ahead { rows: 256, tokens: 256, ..Ahead::default() };
+        let s = Snapshot { all: full_queue, ..snapshot(t0, 1, 30_000) };
+        let Decision::Refuse(r) = decide(&s) else { panic!("admitted") };
+        assert_eq!((r.reason, r.warm_from), (BusyReason::Capacity, None));
+        assert_eq!(r.retry_after_ms, 960, "sixteen batches of 60 ms");
+        assert_eq!(full(&Snapshot { all: Ahead::default(), ..s }).retry_after_ms, 60, "at least one service time");
     }
 
     #[test]

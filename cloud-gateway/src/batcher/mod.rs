@@ -1,15 +1,22 @@
-//! The batcher: gathers escalations from every device into backend calls.
+//! The batcher: one of the gateway's two LLM paths (the engine pool is the other, beside it
+//! behind [`crate::dispatch`]). It gathers escalations from every device into calls of an
+//! in-process [`backend`], one batch at a time.
 //!
 //! Split so the policy is testable without a runtime: [`queue`] is the pure queue and cut
-//! policy (time passed in, cost cap per batch), [`admission`] the estimate-based admission and
-//! readiness rules, [`ledger`] each session's prefill state (computed, covered by its own
-//! admitted work), [`actor`] the ractor shell that owns the backend, runs it on a blocking
-//! thread and arms the max-wait timer. Connections only see [`BatchQueue`].
+//! policy (time passed in, cost cap per batch), [`admission`] the pure admission and readiness
+//! rules (a [`admission::Snapshot`] in, a decision out), [`ledger`] each session's prefill
+//! state (computed, covered by its own admitted work), [`figures`] what the actor publishes for
+//! them (admitted work, the learned cost model, readiness stamps), [`actor`] the ractor shell
+//! that owns the backend, runs it on a blocking thread and arms the max-wait timer, and
+//! [`handle`] the [`BatchQueue`] connections submit through.
 
 pub mod actor;
 pub mod admission;
+pub mod backend;
+pub mod figures;
+pub mod handle;
 pub mod ledger;
 pub mod queue;
 
-pub use actor::{spawn_batcher, spawn_batcher_with, BatchQueue, BatcherMsg, BatcherStats, QueueFull};
-pub use queue::Outcome;
+pub use actor::{spawn_batcher, spawn_batcher_with};
+pub use handle::BatchQueue;

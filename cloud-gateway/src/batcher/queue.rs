@@ -40,27 +40,8 @@ use common::telemetry::TRACE_TARGET;
 use tokio::sync::oneshot;
 use tracing::field::Empty;
 
-use crate::backend::{BackendError, BackendRequest, BackendToken};
+use crate::dispatch::{LlmRequest, Outcome};
 use crate::sessions::SessionKey;
-
-/// What became of one escalation at the batcher (the connection turns it into a frame).
-#[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
-    /// The LLM's token, and the time the backend call took.
-    Token {
-        /// The backend's answer.
-        token: BackendToken,
-        /// Backend time for the whole batch, ms.
-        llm_ms: u32,
-    },
-    /// The backend refused or failed this request.
-    Failed(BackendError),
-    /// Its deadline passed before it could run.
-    Expired,
-    /// The device ended the session before it could run (e.g. an unneeded prompt pre-sync):
-    /// dropped so that it does not delay the device's next session.
-    SessionEnded,
-}
 
 /// One slot of the admission bound: the in-flight count (and any other counts it was given,
 /// such as the estimated tokens of prefill queued) go down when this is dropped.
@@ -110,7 +91,7 @@ impl Drop for Admission {
 #[derive(Debug)]
 pub struct Escalation {
     /// What to compute.
-    pub request: BackendRequest,
+    pub request: LlmRequest,
     /// When the device stops waiting.
     pub deadline: Instant,
     /// When it was queued (for the max-wait rule and the queue-wait histogram).
@@ -137,7 +118,7 @@ struct Stages {
 impl Escalation {
     /// A new escalation queued at `enqueued`, and where its outcome will arrive; dropping the
     /// receiver cancels it.
-    pub fn new(request: BackendRequest, deadline: Instant, enqueued: Instant) -> (Self, oneshot::Receiver<Outcome>) {
+    pub fn new(request: LlmRequest, deadline: Instant, enqueued: Instant) -> (Self, oneshot::Receiver<Outcome>) {
         let (reply, rx) = oneshot::channel();
         let stages = Stages { parent: tracing::Span::none(), stage: tracing::Span::none(), backend: tracing::Span::none() };
         (Self { request, deadline, enqueued, cost: 1, reply, admission: None, stages }, rx)
@@ -207,7 +188,7 @@ impl Escalation {
 #[derive(Debug, Clone)]
 pub struct Prefill {
     /// The escalation's request (its whole context).
-    pub request: BackendRequest,
+    pub request: LlmRequest,
     /// How many of its tokens this step brings the session's state to.
     pub upto: usize,
 }
@@ -243,7 +224,7 @@ pub struct PendingQueue {
     max_wait: Duration,
     max_batch_tokens: usize,
     /// Sessions to prefill with leftover room: (their context, tokens computed so far).
-    warming: VecDeque<(BackendRequest, usize)>,
+    warming: VecDeque<(LlmRequest, usize)>,
 }
 
 /// Most sessions waiting to be warmed; beyond it the oldest is forgotten.
@@ -335,11 +316,9 @@ impl PendingQueue {
     /// `Expired`.
     fn live(esc: Escalation, now: Instant) -> Option<Escalation> {
         if esc.is_cancelled() {
-            metrics::counter!("duet_gateway_escalations_cancelled_total").increment(1);
             return None;
         }
         if esc.deadline <= now {
-            metrics::counter!("duet_gateway_escalations_expired_total").increment(1);
             esc.answer(Outcome::Expired);
             return None;
         }
@@ -423,7 +402,7 @@ impl PendingQueue {
     /// Prefill `request`'s context (of which the first `done` tokens are computed) with the
     /// room batches leave, answering nothing; a newer context of the same session replaces
     /// the older one. At most [`MAX_WARMING`] sessions wait (the oldest is forgotten).
-    pub fn warm(&mut self, request: BackendRequest, done: usize) {
+    pub fn warm(&mut self, request: LlmRequest, done: usize) {
         self.warming.retain(|(r, _)| r.session != request.session);
         if request.context.len() > done {
             self.warming.push_back((request, done));
@@ -445,7 +424,6 @@ impl PendingQueue {
         self.pending = keep;
         let n = ended.len();
         for esc in ended {
-            metrics::counter!("duet_gateway_escalations_cancelled_total").increment(1);
             esc.answer(Outcome::SessionEnded);
         }
         n
@@ -466,7 +444,7 @@ mod tests {
     /// An escalation of `session` (with a context whose length tells escalations apart),
     /// queued at `at`, due `ttl` later.
     fn esc(session: u64, len: usize, at: Instant, ttl: Duration) -> (Escalation, oneshot::Receiver<Outcome>) {
-        let request = BackendRequest { session: key(session), context: vec![1; len].into(), sampling: Default::default(), seq: len as u32 };
+        let request = LlmRequest { session: key(session), context: vec![1; len].into(), sampling: Default::default(), seq: len as u32 };
         Escalation::new(request, at + ttl, at)
     }
 

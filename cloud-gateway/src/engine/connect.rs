@@ -19,7 +19,7 @@ use super::sglang::SglangDialect;
 use super::verify::{verify_engine, ExpectedVocabulary, PROBE_TEXT};
 use super::vllm::{VllmApi, VllmDialect, OPENAPI_PATH};
 use super::{Dialect, EngineKind, EngineModel, EngineSpec, HttpCall, NextTokenRequest};
-use crate::backend::ModelFacts;
+use crate::dispatch::ModelFacts;
 
 /// Context length assumed for engines that do not report theirs.
 pub const DEFAULT_ENGINE_CONTEXT: usize = 4096;

@@ -36,7 +36,7 @@ use super::pool::membership::{after_lookup, Action, Membership};
 use super::pool::WorkerSet;
 use super::verify::ExpectedVocabulary;
 use super::{EngineModel, EngineSpec};
-use crate::backend::ModelFacts;
+use crate::dispatch::ModelFacts;
 
 /// How names are resolved: the system resolver in the gateway; tests swap in a
 /// [`FixedResolver`] to make a name resolve to servers on loopback and change its answer.

@@ -5,29 +5,29 @@
 //! an older one). The actor owns that identity and applies the device's requests to the
 //! session store one at a time, in arrival order, so a device's context updates never race.
 //! Around it, a stream task reads one frame from each new stream and classifies it; a reply
-//! task waits for the batcher's answer and writes it back, or cancels the work if the device
-//! resets the stream. What a device can observe (why a `Hello` is refused, which error a bad
-//! frame gets, which frame answers each outcome) is decided by `common::exchange::gateway`;
-//! this module only moves bytes, applies the store and awaits the batcher.
+//! task waits for the LLM's answer ([`crate::dispatch`]'s `Pending`) and writes it back, or
+//! cancels the work if the device resets the stream. What a device can observe (why a `Hello`
+//! is refused, which error a bad frame gets, which frame answers each outcome) is decided by
+//! `common::exchange::gateway`; this module only moves bytes, applies the store and awaits the
+//! LLM.
 //!
 //! When the gateway drains, each connection of a device that speaks v2 gets one `GoAway` on a
 //! unidirectional stream the gateway opens (a v1 device gets nothing: it is served until the
 //! drain stops taking work, then closed); escalations still arriving after the drain's
-//! admission window are answered `Busy`, and answers written while draining are counted open
+//! admission window are answered `Busy` (by the dispatch seam), and answers written while draining are counted open
 //! until the device acknowledges them, so closing the connections loses none.
 //!
 //! Traces (with an OTLP exporter, see `common::telemetry`): each escalation gets a
 //! `gateway.escalation` span from its decoded frame to its written answer, a child of the
 //! device's escalation span when the frame carried a trace context; under it `validate` (the
-//! frame's checks), `apply_context` (the session store), and the batcher's or the engine
-//! pool's spans (queue wait, batch, backend call), which find it as the current span when the
+//! frame's checks), `apply_context` (the session store), and the LLM path's spans (queue wait, batch, backend call), which find it as the current span when the
 //! escalation is submitted.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::exchange::gateway::{self, EscalationOutcome, Refused, Request, DRAINING_RETRY_AFTER_MS, HELLO_TIMEOUT};
+use common::exchange::gateway::{self, EscalationOutcome, Refused, Request, HELLO_TIMEOUT};
 use common::protocol::{encode_frame, CodecError, ContextError, ContextSync, Frame, TraceContext, WireSampling};
 use common::sampling::SamplingParams;
 use common::telemetry::TRACE_TARGET;
@@ -36,8 +36,7 @@ use tracing::field::Empty;
 
 use super::limits::{ConnectionBudget, SourceGuard};
 use super::read::{read_frame, read_request_frame};
-use crate::backend::{BackendError, BackendRequest};
-use crate::batcher::{Outcome, QueueFull};
+use crate::dispatch::{Busy, LlmRequest};
 use crate::identity::registry::Identity;
 use crate::sessions::{SessionKey, StoreError};
 use crate::state::Shared;
@@ -333,23 +332,6 @@ async fn write_reply(send: &mut quinn::SendStream, frame: &Frame, max: usize) {
     }
 }
 
-/// What the batcher's outcome means on the wire.
-fn wire_outcome(outcome: Outcome) -> EscalationOutcome {
-    match outcome {
-        Outcome::Token { token, llm_ms } => EscalationOutcome::Token { token_id: token.token_id, logprob: token.logprob, llm_ms },
-        Outcome::Expired => EscalationOutcome::Expired,
-        Outcome::SessionEnded => EscalationOutcome::SessionEnded,
-        Outcome::Failed(e) => {
-            let message = e.to_string();
-            match e {
-                BackendError::ContextTooLong { .. } => EscalationOutcome::ContextTooLong(message),
-                BackendError::InvalidToken(_) => EscalationOutcome::InvalidToken(message),
-                BackendError::Failed(_) => EscalationOutcome::BackendFailed(message),
-            }
-        }
-    }
-}
-
 /// One escalation's fields, as [`Request::Escalate`] carries them.
 struct EscalateRequest {
     session_id: u64,
@@ -386,42 +368,33 @@ impl ConnState {
             Err(StoreError::TooManySessions(limit)) => return answer_now(send, EscalationOutcome::TooManySessions { limit }),
             Err(StoreError::GatewayFull(limit)) => return answer_now(send, EscalationOutcome::GatewayFull { limit }),
         };
-        if !self.shared.admits_escalations(Instant::now()) {
-            // Draining, past its admission window: fall back at once, reconnect elsewhere.
-            metrics::counter!("duet_gateway_escalations_busy_total").increment(1);
-            return answer_now(send, EscalationOutcome::Busy { retry_after_ms: DRAINING_RETRY_AFTER_MS });
-        }
         if let Err(retry_after_ms) = self.shared.identity.rate.check(&self.device, Instant::now()) {
             // This device is over its own rate: it falls back, others keep their share.
             metrics::counter!("duet_gateway_escalations_rate_limited_total").increment(1);
             return answer_now(send, EscalationOutcome::Busy { retry_after_ms });
         }
-        let request = BackendRequest { session: key, context: snapshot, sampling: SamplingParams::from(sampling), seq };
+        let request = LlmRequest { session: key, context: snapshot, sampling: SamplingParams::from(sampling), seq };
         let open = OpenEscalation::new(self.shared.clone());
-        // The batcher and the engine pool hang their spans under the current one.
-        let submitted = span.in_scope(|| self.shared.queue.try_submit(request, received + deadline));
-        let rx = match submitted {
-            Ok(rx) => rx,
-            Err(QueueFull { retry_after_ms }) => return answer_now(send, EscalationOutcome::Busy { retry_after_ms }),
+        // The LLM path hangs its spans under the current one. Refused while draining past the
+        // admission window too: the device falls back at once and reconnects elsewhere.
+        let submitted = span.in_scope(|| self.shared.llm.try_submit(request, received + deadline));
+        let pending = match submitted {
+            Ok(pending) => pending,
+            Err(Busy { retry_after_ms, .. }) => return answer_now(send, EscalationOutcome::Busy { retry_after_ms }),
         };
         let max = self.shared.max_frame_bytes;
         tokio::spawn(async move {
             let mut send = send;
+            // `Expired` at its deadline, however long the work ahead of it runs: never late.
             let outcome = tokio::select! {
-                o = rx => o,
+                o = pending.outcome() => o,
                 _ = send.stopped() => {
-                    // The device gave up: dropping rx cancels the work.
+                    // The device gave up: dropping `pending` cancels the work.
                     span.record("outcome", "device_gone");
                     return;
                 }
-                _ = tokio::time::sleep_until((received + deadline).into()) => {
-                    // Answered at its deadline, however long the work ahead of it runs:
-                    // never late; dropping rx cancels the work.
-                    metrics::counter!("duet_gateway_escalations_expired_total").increment(1);
-                    Ok(Outcome::Expired)
-                }
             };
-            let outcome = outcome.map(wire_outcome).unwrap_or(EscalationOutcome::Stopped);
+            let outcome = outcome.map_or(EscalationOutcome::Stopped, |o| o.to_wire());
             span.record("outcome", outcome_name(&outcome));
             if matches!(outcome, EscalationOutcome::Token { .. }) {
                 metrics::histogram!("duet_gateway_escalation_latency_seconds").record(received.elapsed().as_secs_f64());
@@ -438,7 +411,7 @@ impl ConnState {
     fn on_end_session(&self, session_id: u64, mut send: quinn::SendStream) {
         let key = SessionKey { device: self.device.clone(), session_id };
         if self.shared.store.remove(&key) {
-            self.shared.queue.end_session(key);
+            self.shared.llm.end_session(key);
         }
         let _ = send.finish();
     }

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cloud_gateway::backend::{EmbeddedBackend, EmbeddedOptions};
+use cloud_gateway::batcher::backend::{EmbeddedBackend, EmbeddedOptions};
 use cloud_gateway::config::{CertSource, GatewayConfig};
 use cloud_gateway::Gateway;
 use common::protocol::{decode_frame, Frame};

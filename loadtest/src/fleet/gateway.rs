@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use cloud_gateway::backend::{Backend, EmbeddedBackend, EmbeddedOptions, ModelFacts};
+use cloud_gateway::batcher::backend::{Backend, EmbeddedBackend, EmbeddedOptions, ModelFacts};
 use cloud_gateway::config::{BatcherConfig, GatewayConfig};
 use cloud_gateway::engine::connect::{connect, expected_vocabulary, tokenizer_path};
 use cloud_gateway::engine::pool::PoolConfig;

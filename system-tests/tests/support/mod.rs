@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cloud_gateway::backend::{Backend, DelayBackend, EmbeddedBackend, EmbeddedOptions};
+use cloud_gateway::batcher::backend::{Backend, DelayBackend, EmbeddedBackend, EmbeddedOptions};
 use cloud_gateway::config::{CertSource, GatewayConfig};
 use cloud_gateway::Gateway;
 use edge_node::link::{Link, LinkConfig};

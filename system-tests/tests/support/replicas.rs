@@ -160,7 +160,7 @@ pub fn metric_in(page: &str, name: &str) -> Option<f64> {
 /// one-token steps can round differently and flip a near-tie).
 pub struct HashBackend {
     cost: Duration,
-    facts: cloud_gateway::backend::ModelFacts,
+    facts: cloud_gateway::batcher::backend::ModelFacts,
     /// Escalations answered so far.
     pub answered: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
@@ -169,7 +169,7 @@ impl HashBackend {
     /// Standing in for the prepared model `model` (its tokenizer and vocabulary).
     pub fn new(model: &str, cost: Duration) -> Self {
         let manifest = model_runtime::model_files::ModelFiles::locate(model).unwrap().manifest;
-        let facts = cloud_gateway::backend::ModelFacts { llm_id: "hash".into(), ..cloud_gateway::backend::ModelFacts::of_manifest(&manifest, 4096) };
+        let facts = cloud_gateway::batcher::backend::ModelFacts { llm_id: "hash".into(), ..cloud_gateway::batcher::backend::ModelFacts::of_manifest(&manifest, 4096) };
         Self { cost, facts, answered: Default::default() }
     }
 
@@ -180,16 +180,16 @@ impl HashBackend {
     }
 }
 
-impl cloud_gateway::backend::Backend for HashBackend {
+impl cloud_gateway::batcher::backend::Backend for HashBackend {
     fn name(&self) -> &str {
         "hash"
     }
-    fn facts(&self) -> cloud_gateway::backend::ModelFacts {
+    fn facts(&self) -> cloud_gateway::batcher::backend::ModelFacts {
         self.facts.clone()
     }
-    fn next_tokens(&mut self, batch: &[cloud_gateway::backend::BackendRequest]) -> Vec<Result<cloud_gateway::backend::BackendToken, cloud_gateway::backend::BackendError>> {
+    fn next_tokens(&mut self, batch: &[cloud_gateway::batcher::backend::LlmRequest]) -> Vec<Result<cloud_gateway::batcher::backend::LlmToken, cloud_gateway::batcher::backend::LlmError>> {
         std::thread::sleep(self.cost);
         self.answered.fetch_add(batch.len(), std::sync::atomic::Ordering::Relaxed);
-        batch.iter().map(|r| Ok(cloud_gateway::backend::BackendToken { token_id: Self::token(&r.context, self.facts.vocab_size), logprob: -1.0 })).collect()
+        batch.iter().map(|r| Ok(cloud_gateway::batcher::backend::LlmToken { token_id: Self::token(&r.context, self.facts.vocab_size), logprob: -1.0 })).collect()
     }
 }

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::{Backend, BackendError, BackendRequest, BackendToken, ModelFacts};
+use super::{Backend, LlmError, LlmRequest, LlmToken, ModelFacts};
 use crate::sessions::SessionKey;
 
 /// Most sessions whose seen length is remembered; beyond it the memory is reset (every session
@@ -63,7 +63,7 @@ impl<B: Backend> Backend for DelayBackend<B> {
     fn facts(&self) -> ModelFacts {
         self.inner.facts()
     }
-    fn next_tokens(&mut self, batch: &[BackendRequest]) -> Vec<Result<BackendToken, BackendError>> {
+    fn next_tokens(&mut self, batch: &[LlmRequest]) -> Vec<Result<LlmToken, LlmError>> {
         let tokens: usize = if self.per_token.is_zero() { 0 } else { batch.iter().map(|r| self.advance(&r.session, r.context.len())).sum() };
         self.sleep(tokens, self.delay);
         self.inner.next_tokens(batch)
@@ -72,7 +72,7 @@ impl<B: Backend> Backend for DelayBackend<B> {
         self.seen.remove(session);
         self.inner.end_session(session)
     }
-    fn prefill(&mut self, request: &BackendRequest, upto: usize) -> Result<(), BackendError> {
+    fn prefill(&mut self, request: &LlmRequest, upto: usize) -> Result<(), LlmError> {
         let tokens = if self.per_token.is_zero() { 0 } else { self.advance(&request.session, upto.min(request.context.len())) };
         self.sleep(tokens, Duration::ZERO);
         self.inner.prefill(request, upto)
@@ -92,8 +92,8 @@ mod tests {
         fn facts(&self) -> ModelFacts {
             ModelFacts { llm_id: "echo".into(), tokenizer_fingerprint: String::new(), vocab_size: 10, max_context: 100 }
         }
-        fn next_tokens(&mut self, batch: &[BackendRequest]) -> Vec<Result<BackendToken, BackendError>> {
-            batch.iter().map(|_| Ok(BackendToken { token_id: 1, logprob: 0.0 })).collect()
+        fn next_tokens(&mut self, batch: &[LlmRequest]) -> Vec<Result<LlmToken, LlmError>> {
+            batch.iter().map(|_| Ok(LlmToken { token_id: 1, logprob: 0.0 })).collect()
         }
     }
 

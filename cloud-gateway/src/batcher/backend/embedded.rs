@@ -10,7 +10,7 @@ use common::sampling::Sampler;
 use model_runtime::model_files::{ModelFiles, DEFAULT_LLM};
 use model_runtime::{CausalLm, KvCache, LmOptions, RuntimeError};
 
-use super::{Backend, BackendError, BackendRequest, BackendToken, ModelFacts};
+use super::{Backend, LlmError, LlmRequest, LlmToken, ModelFacts};
 use crate::sessions::SessionKey;
 
 /// Settings of the embedded backend.
@@ -90,45 +90,45 @@ impl EmbeddedBackend {
 
     /// Validate a request, find its cache and cut it back to what it can reuse of the
     /// request's context; returns the cache index and the tokens still to run.
-    fn prepare(&mut self, req: &BackendRequest, protect_from: u64) -> Result<(usize, Vec<u32>), BackendError> {
+    fn prepare(&mut self, req: &LlmRequest, protect_from: u64) -> Result<(usize, Vec<u32>), LlmError> {
         let ctx = &req.context[..];
         let max = self.lm.max_context();
         if ctx.is_empty() {
-            return Err(BackendError::InvalidToken("empty context".into()));
+            return Err(LlmError::InvalidToken("empty context".into()));
         }
         if ctx.len() >= max {
-            return Err(BackendError::ContextTooLong { len: ctx.len(), max: max - 1 });
+            return Err(LlmError::ContextTooLong { len: ctx.len(), max: Some(max - 1) });
         }
         let vocab = self.lm.manifest().vocab_size;
         if let Some(bad) = ctx.iter().find(|&&t| t as usize >= vocab) {
-            return Err(BackendError::InvalidToken(format!("token id {bad} is outside the vocabulary ({vocab})")));
+            return Err(LlmError::InvalidToken(format!("token id {bad} is outside the vocabulary ({vocab})")));
         }
-        let i = self.slot(&req.session, ctx.len() + 1, protect_from).map_err(|e| BackendError::Failed(e.to_string()))?;
+        let i = self.slot(&req.session, ctx.len() + 1, protect_from).map_err(|e| LlmError::Failed(e.to_string()))?;
         let cache = &mut self.sessions[i].cache;
         let keep = cache.reusable_prefix(ctx);
         cache.truncate(keep);
         Ok((i, ctx[keep..].to_vec()))
     }
 
-    fn sample(req: &BackendRequest, logits: &[f32]) -> Result<BackendToken, BackendError> {
+    fn sample(req: &LlmRequest, logits: &[f32]) -> Result<LlmToken, LlmError> {
         let mut params = req.sampling;
         if let Some(seed) = params.seed.as_mut() {
             *seed = seed.wrapping_add(req.seq as u64);
         }
-        let mut sampler = Sampler::new(params).map_err(|e| BackendError::Failed(e.to_string()))?;
-        let s = sampler.sample(logits).map_err(|e| BackendError::Failed(e.to_string()))?;
-        Ok(BackendToken { token_id: s.token, logprob: s.logprob })
+        let mut sampler = Sampler::new(params).map_err(|e| LlmError::Failed(e.to_string()))?;
+        let s = sampler.sample(logits).map_err(|e| LlmError::Failed(e.to_string()))?;
+        Ok(LlmToken { token_id: s.token, logprob: s.logprob })
     }
 
-    fn run_one(&mut self, i: usize, delta: &[u32]) -> Result<Vec<f32>, BackendError> {
+    fn run_one(&mut self, i: usize, delta: &[u32]) -> Result<Vec<f32>, LlmError> {
         match self.lm.forward(&mut self.sessions[i].cache, delta) {
             Ok(out) => Ok(out.logits),
             Err(e) => {
                 // The cache may be partially written: drop it rather than trust it.
                 self.sessions[i].cache.clear();
                 Err(match e {
-                    RuntimeError::TokenOutOfRange { .. } => BackendError::InvalidToken(e.to_string()),
-                    other => BackendError::Failed(other.to_string()),
+                    RuntimeError::TokenOutOfRange { .. } => LlmError::InvalidToken(e.to_string()),
+                    other => LlmError::Failed(other.to_string()),
                 })
             }
         }
@@ -142,9 +142,9 @@ impl Backend for EmbeddedBackend {
     fn facts(&self) -> ModelFacts {
         ModelFacts::of_manifest(self.lm.manifest(), self.lm.max_context())
     }
-    fn next_tokens(&mut self, batch: &[BackendRequest]) -> Vec<Result<BackendToken, BackendError>> {
+    fn next_tokens(&mut self, batch: &[LlmRequest]) -> Vec<Result<LlmToken, LlmError>> {
         let protect_from = self.clock + 1;
-        let mut results: Vec<Option<Result<BackendToken, BackendError>>> = vec![None; batch.len()];
+        let mut results: Vec<Option<Result<LlmToken, LlmError>>> = vec![None; batch.len()];
         let mut rows: Vec<(usize, usize, Vec<u32>)> = Vec::new(); // (request, cache, delta)
         for (r, req) in batch.iter().enumerate() {
             match self.prepare(req, protect_from) {
@@ -194,14 +194,14 @@ impl Backend for EmbeddedBackend {
         for (r, i, delta) in rows {
             results[r] = Some(self.run_one(i, &delta).and_then(|l| Self::sample(&batch[r], &l)));
         }
-        results.into_iter().map(|o| o.unwrap_or_else(|| Err(BackendError::Failed("no result".into())))).collect()
+        results.into_iter().map(|o| o.unwrap_or_else(|| Err(LlmError::Failed("no result".into())))).collect()
     }
     fn end_session(&mut self, session: &SessionKey) {
         self.sessions.retain(|s| &s.key != session);
     }
     /// The session's cache is sized for its whole context at the first step (a cache grown
     /// later would be re-prefilled from the start in one call, past the batcher's cost cap).
-    fn prefill(&mut self, request: &BackendRequest, upto: usize) -> Result<(), BackendError> {
+    fn prefill(&mut self, request: &LlmRequest, upto: usize) -> Result<(), LlmError> {
         let protect_from = self.clock + 1;
         let (i, delta) = self.prepare(request, protect_from)?;
         let keep = request.context.len() - delta.len();

@@ -19,9 +19,11 @@
 //!   so a request keeps the set it started with.
 //!
 //! The policies are pure functions of `now` and the workers' figures, tested without a server;
-//! this module is the async shell that applies them and records the per-worker metrics.
+//! this module is the async shell that applies them and records the per-worker metrics, and
+//! [`dispatch`] puts the pool behind the gateway's LLM seam ([`crate::dispatch`]).
 
 pub mod breaker;
+pub mod dispatch;
 pub mod health;
 pub mod membership;
 pub mod pick;
@@ -39,7 +41,7 @@ use self::health::{HealthConfig, HealthTracker};
 use self::pick::{choose, rendezvous_order, Candidate, PickPolicy};
 use super::client::EngineClient;
 use super::{EngineError, EngineReply, EngineSpec, NextTokenRequest};
-use crate::backend::BackendRequest;
+use crate::dispatch::LlmRequest;
 use crate::sessions::SessionKey;
 
 /// Settings of an engine pool.
@@ -388,7 +390,7 @@ impl EnginePool {
 
     /// The next token for `request`, trying workers as the policies say until one answers or
     /// `deadline` passes.
-    pub async fn next_token(&self, request: &BackendRequest, deadline: Instant) -> Result<EngineReply, PoolError> {
+    pub async fn next_token(&self, request: &LlmRequest, deadline: Instant) -> Result<EngineReply, PoolError> {
         let workers = self.members.snapshot();
         let labels: Vec<&str> = workers.iter().map(|w| w.label.as_str()).collect();
         let order = rendezvous_order(&session_hash_key(&request.session), &labels);

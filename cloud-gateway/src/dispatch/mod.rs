@@ -1,0 +1,106 @@
+//! The seam between a device's escalation and the LLM that answers it.
+//!
+//! The gateway has two LLM paths, siblings behind this one contract ([`contract`]): the
+//! [`crate::batcher`] (an in-process [`Backend`](crate::batcher::backend::Backend) fed one
+//! batch at a time, with admission by estimated cost) and the [`crate::engine`] pool (external
+//! engines that batch on their own: one HTTP request per escalation, many in flight). Each
+//! implements [`Dispatch`]; connections hold a [`Dispatcher`] and never learn which it is.
+//!
+//! What is common to both is done here, once: the drain's admission window, the refusal
+//! (`Busy`) and outcome metrics, and answering at the deadline whatever still holds the work
+//! ([`Pending`]). Dropping a [`Pending`] cancels the work (before its batch for the batcher,
+//! mid-request for an engine).
+//!
+//! Traces: a path hangs its spans (the batcher's queue wait, batch and backend call; the
+//! pool's `backend` span with one `engine_request` per HTTP attempt) under the caller's
+//! current span, the connection's `gateway.escalation`.
+
+pub mod contract;
+mod pending;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use common::exchange::gateway::DRAINING_RETRY_AFTER_MS;
+use common::exchange::Drain;
+use tokio::sync::{oneshot, watch};
+
+pub use contract::{Busy, BusyReason, LlmError, LlmRequest, LlmToken, ModelFacts, Outcome};
+pub use pending::Pending;
+
+use crate::sessions::SessionKey;
+
+/// One LLM path: what the batcher and the engine pool each implement.
+pub trait Dispatch: Send + Sync + 'static {
+    /// Admit `request` at `now` and start it, or refuse at once when it cannot be answered
+    /// before `deadline`; the outcome arrives on the receiver (dropping it cancels the work).
+    fn try_submit(&self, request: LlmRequest, deadline: Instant, now: Instant) -> Result<oneshot::Receiver<Outcome>, Busy>;
+    /// A session ended or expired: drop its queued work and any per-session state.
+    fn end_session(&self, key: SessionKey);
+    /// Smoothed LLM time per escalation (or batch), ms: announced to devices in `Welcome`.
+    fn service_ms(&self) -> u32;
+    /// Escalations admitted and not yet answered.
+    fn in_flight(&self) -> usize;
+    /// Why the path cannot take work at `now`, if it cannot (for `/readyz`).
+    fn not_ready(&self, now: Instant) -> Option<String>;
+    /// Stop for good (the gateway shuts down).
+    fn stop(&self) {}
+}
+
+/// What connections hold: one LLM path, with what both paths share applied around it.
+#[derive(Clone)]
+pub struct Dispatcher {
+    path: Arc<dyn Dispatch>,
+    drain: watch::Receiver<Option<Drain>>,
+}
+
+impl Dispatcher {
+    /// `path`, refusing work once the drain watched through `drain` stops taking it.
+    pub fn new(path: Arc<dyn Dispatch>, drain: watch::Receiver<Option<Drain>>) -> Self {
+        Self { path, drain }
+    }
+
+    /// Admit `request` and start it, or refuse at once (draining past the admission window,
+    /// or the path has no room before `deadline`). Counts the refusal.
+    pub fn try_submit(&self, request: LlmRequest, deadline: Instant) -> Result<Pending, Busy> {
+        let now = Instant::now();
+        let draining = self.drain.borrow().is_some_and(|d| !d.admits_escalations(now));
+        let submitted = match draining {
+            // Past the drain's admission window: the device falls back and reconnects elsewhere.
+            true => Err(Busy { retry_after_ms: DRAINING_RETRY_AFTER_MS, reason: BusyReason::Draining }),
+            false => self.path.try_submit(request, deadline, now),
+        };
+        match submitted {
+            Ok(rx) => Ok(Pending::new(rx, deadline)),
+            Err(busy) => {
+                pending::count_busy(busy.reason);
+                Err(busy)
+            }
+        }
+    }
+
+    /// A session ended or expired: drop its queued work and per-session state.
+    pub fn end_session(&self, key: SessionKey) {
+        self.path.end_session(key);
+    }
+
+    /// Smoothed LLM time per escalation (or batch), ms.
+    pub fn service_ms(&self) -> u32 {
+        self.path.service_ms()
+    }
+
+    /// Escalations admitted and not yet answered.
+    pub fn in_flight(&self) -> usize {
+        self.path.in_flight()
+    }
+
+    /// Why the gateway's LLM cannot take work now, if it cannot (for `/readyz`).
+    pub fn not_ready(&self) -> Option<String> {
+        self.path.not_ready(Instant::now())
+    }
+
+    /// Stop the path.
+    pub fn stop(&self) {
+        self.path.stop();
+    }
+}
