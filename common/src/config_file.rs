@@ -8,6 +8,11 @@
 //! environment variable, then the file, then the default. The file's values become
 //! command-line arguments placed before the user's, so clap parses and validates them exactly
 //! as it does flags: one definition of every setting, its type and its check.
+//!
+//! A command whose flags are grouped under help headings (the gateway's) may take its file in
+//! sections instead ([`expand_sectioned`]): `[batcher] max-batch = 16`, each section one
+//! heading, each key a flag of that heading; an unknown section, or a key of another section,
+//! is refused by name. Keys outside any section still work, with a deprecation warning.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -17,8 +22,76 @@ use anyhow::{bail, Context};
 /// The arguments `argv` stands for once `config` (a TOML file) is applied to `command`, or to
 /// the subcommand named in `argv` when `command` has subcommands.
 pub fn expand(command: &clap::Command, argv: Vec<OsString>, config: &Path) -> anyhow::Result<Vec<OsString>> {
+    expand_table(command, argv, read(config)?, config)
+}
+
+/// One section of a sectioned file: its name in the file, and the help heading whose flags it
+/// holds.
+#[derive(Debug, Clone, Copy)]
+pub struct Section {
+    /// `[name]` in the file.
+    pub name: &'static str,
+    /// The help heading of the flags it holds.
+    pub heading: &'static str,
+}
+
+/// [`expand`] for a file in `sections` (`command` has no subcommands): each `[section]` holds
+/// flags of its heading. Returns the arguments and one deprecation warning per key given
+/// outside any section.
+pub fn expand_sectioned(command: &clap::Command, argv: Vec<OsString>, config: &Path, sections: &[Section]) -> anyhow::Result<(Vec<OsString>, Vec<String>)> {
+    let (flat, warnings) = flatten(command, read(config)?, config, sections)?;
+    Ok((expand_table(command, argv, flat, config)?, warnings))
+}
+
+fn read(config: &Path) -> anyhow::Result<toml::Table> {
     let text = std::fs::read_to_string(config).with_context(|| format!("reading --config {}", config.display()))?;
-    let table: toml::Table = text.parse().with_context(|| format!("--config {}: not valid TOML", config.display()))?;
+    text.parse().with_context(|| format!("--config {}: not valid TOML", config.display()))
+}
+
+/// The sections' keys as one flat table, each checked against its section's heading; keys
+/// outside any section are kept, with a warning naming the section they belong in.
+fn flatten(command: &clap::Command, table: toml::Table, config: &Path, sections: &[Section]) -> anyhow::Result<(toml::Table, Vec<String>)> {
+    let file = config.display();
+    let heading_of = |key: &str| command.get_arguments().find(|a| a.get_long() == Some(key)).map(|a| a.get_help_heading());
+    let section_of = |heading: Option<&str>| sections.iter().find(|s| Some(s.heading) == heading).map(|s| s.name);
+    let names: Vec<&str> = sections.iter().map(|s| s.name).collect();
+    let mut flat = toml::Table::new();
+    let mut warnings = Vec::new();
+    for (key, value) in table {
+        let toml::Value::Table(inner) = value else {
+            if let Some(Some(section)) = heading_of(&key).map(section_of) {
+                warnings.push(format!("--config {file}: `{key}` outside a section is deprecated (it will be refused in the next release): put it under [{section}]"));
+            }
+            insert(&mut flat, key, value, config)?;
+            continue;
+        };
+        let Some(section) = sections.iter().find(|s| s.name == key) else {
+            bail!("--config {file}: unknown section [{key}] (known: {})", names.join(", "));
+        };
+        for (k, v) in inner {
+            match heading_of(&k) {
+                Some(h) if h == Some(section.heading) => insert(&mut flat, k, v, config)?,
+                Some(h) if section_of(h).is_some() => bail!("--config {file}: `{k}` belongs in [{}], not [{key}]", section_of(h).unwrap_or_default()),
+                _ => {
+                    let known: Vec<&str> = command.get_arguments().filter(|a| a.get_help_heading() == Some(section.heading)).filter_map(|a| a.get_long()).collect();
+                    bail!("--config {file}: unknown key `{k}` in [{key}] (known: {})", known.join(", "));
+                }
+            }
+        }
+    }
+    Ok((flat, warnings))
+}
+
+fn insert(flat: &mut toml::Table, key: String, value: toml::Value, config: &Path) -> anyhow::Result<()> {
+    if flat.contains_key(&key) {
+        bail!("--config {}: `{key}` is given twice (in a section and outside one)", config.display());
+    }
+    flat.insert(key, value);
+    Ok(())
+}
+
+/// [`expand`] with the file already read into `table`.
+fn expand_table(command: &clap::Command, argv: Vec<OsString>, table: toml::Table, config: &Path) -> anyhow::Result<Vec<OsString>> {
     let (at, target, name) = if command.has_subcommands() {
         let Some(at) = argv.iter().skip(1).position(|a| command.find_subcommand(a).is_some()).map(|i| i + 1) else {
             bail!("--config needs a subcommand (serve, generate, ...)");
@@ -178,5 +251,60 @@ mod tests {
         std::fs::write(&f, "max_batch = 8\n").unwrap();
         let err = expand(&Flat::command(), args(&["gw"]), &f).unwrap_err().to_string();
         assert!(err.contains("unknown key `max_batch` for `gw`") && err.contains("max-batch"), "{err}");
+    }
+
+    #[derive(Debug, Parser)]
+    #[command(name = "gw")]
+    struct Grouped {
+        #[command(flatten)]
+        batcher: BatcherGroup,
+        #[command(flatten)]
+        engines: EnginesGroup,
+    }
+
+    #[derive(Debug, clap::Args)]
+    #[command(next_help_heading = "Batcher")]
+    struct BatcherGroup {
+        #[arg(long, default_value_t = 1)]
+        max_batch: u32,
+    }
+
+    #[derive(Debug, clap::Args)]
+    #[command(next_help_heading = "Engines")]
+    struct EnginesGroup {
+        #[arg(long = "engine", value_delimiter = ',')]
+        engines: Vec<String>,
+    }
+
+    const SECTIONS: &[Section] = &[Section { name: "batcher", heading: "Batcher" }, Section { name: "engines", heading: "Engines" }];
+
+    fn sectioned(text: &str) -> anyhow::Result<(Grouped, Vec<String>)> {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("gateway.toml");
+        std::fs::write(&f, text).unwrap();
+        let (argv, warnings) = expand_sectioned(&Grouped::command(), args(&["gw"]), &f, SECTIONS)?;
+        Ok((Grouped::parse_from(strip(argv)), warnings))
+    }
+
+    #[test]
+    fn a_sectioned_file_sets_each_sections_flags_and_refuses_unknown_sections_and_misplaced_keys_by_name() {
+        let (g, warnings) = sectioned("[batcher]\nmax-batch = 8\n[engines]\nengine = [\"a\", \"b\"]\n").unwrap();
+        assert_eq!((g.batcher.max_batch, g.engines.engines.len(), warnings.len()), (8, 2, 0));
+        let err = sectioned("[batchr]\nmax-batch = 8\n").unwrap_err().to_string();
+        assert!(err.contains("unknown section [batchr]") && err.contains("batcher, engines"), "{err}");
+        let err = sectioned("[engines]\nmax-batch = 8\n").unwrap_err().to_string();
+        assert!(err.contains("`max-batch` belongs in [batcher], not [engines]"), "{err}");
+        let err = sectioned("[batcher]\nmax-btch = 8\n").unwrap_err().to_string();
+        assert!(err.contains("unknown key `max-btch` in [batcher]") && err.contains("max-batch"), "{err}");
+    }
+
+    #[test]
+    fn a_flat_key_still_works_with_a_warning_naming_its_section() {
+        let (g, warnings) = sectioned("max-batch = 4\n").unwrap();
+        assert_eq!(g.batcher.max_batch, 4);
+        assert!(warnings.len() == 1 && warnings[0].contains("put it under [batcher]"), "{warnings:?}");
+        let err = sectioned("max-batch = 4\n[batcher]\nmax-batch = 5\n").unwrap_err().to_string();
+        assert!(err.contains("`max-batch` is given twice"), "{err}");
+        assert!(sectioned("nonsense = 4\n").unwrap_err().to_string().contains("unknown key `nonsense`"));
     }
 }
