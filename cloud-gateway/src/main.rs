@@ -1,4 +1,5 @@
-//! `cloud-gateway`: QUIC server that batches escalations from many devices into the LLM; and
+//! `cloud-gateway`: QUIC server that answers escalations from many devices with an LLM
+//! (embedded and batched, or external engines); and
 //! `cloud-gateway ca ...`, the admin commands for device identity (`fleet`, its old name, for
 //! one release).
 
@@ -21,9 +22,12 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     // Kept to the end: shutting it down exports the spans still buffered.
-    let mut telemetry = common::telemetry::init(&args.log, args.otlp_endpoint.as_deref(), "cloud-gateway")?;
+    let mut telemetry = common::telemetry::init(&args.telemetry.log, args.telemetry.otlp_endpoint.as_deref(), "cloud-gateway")?;
+    for warning in &args.config_warnings {
+        tracing::warn!("{warning}");
+    }
     let config = args.gateway_config()?;
-    let gateway = if args.engines.is_empty() {
+    let gateway = if config.engines.pool.engines.is_empty() {
         let backend = tokio::task::spawn_blocking({
             let args = args.clone();
             move || args.load_backend()
@@ -32,7 +36,7 @@ async fn main() -> anyhow::Result<()> {
         Gateway::start(config, backend).await?
     } else {
         let expected = expected_vocabulary(&args.engine_tokenizer())?;
-        let (pool, facts) = connect(args.pool_config(), &expected, Duration::from_secs(args.engine_startup_secs)).await?;
+        let (pool, facts) = connect(config.engines.pool.clone(), &expected, config.engines.startup_wait).await?;
         Gateway::start_with_engines(config, pool, facts).await?
     };
     eprintln!("cloud-gateway ready on quic://{} (http {:?})", gateway.local_addr()?, gateway.http_addr);

@@ -67,12 +67,12 @@ impl Gateway {
         tasks.extend(identities.spawn_reloader());
         let shared = Arc::new(Shared::new(&config, &facts, llm, identities));
         tasks.push(listener::spawn_accept_loop(endpoint.clone(), shared.clone()));
-        tasks.push(spawn_expiry(shared.store.clone(), shared.llm.clone(), config.session_idle));
+        tasks.push(spawn_expiry(shared.store.clone(), shared.llm.clone(), config.sessions.idle));
         // After a flood, what it held is given back to the system, not only to the allocator.
         tasks.push(crate::memory::spawn_trimmer(shared.clone(), Duration::from_secs(5)));
         let (drained_tx, drained) = watch::channel(false);
         tasks.push(crate::drain::spawn_drain_task(endpoint.clone(), shared.clone(), drained_tx));
-        let http_addr = match config.http_listen {
+        let http_addr = match config.transport.http_listen {
             Some(addr) => {
                 let (bound, task) = crate::http::serve(addr, shared.clone()).await?;
                 tasks.push(task);

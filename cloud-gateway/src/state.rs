@@ -73,9 +73,9 @@ impl Shared {
         let drain = watch::Sender::new(None);
         Self {
             handshake: HandshakePolicy {
-                auth_token: config.auth_token.clone(),
+                auth_token: config.identity.auth_token.clone(),
                 tokenizer_fingerprint: facts.tokenizer_fingerprint.clone(),
-                gateway_id: config.gateway_id.clone(),
+                gateway_id: config.identity.gateway_id.clone(),
                 llm_id: facts.llm_id.clone(),
             },
             validation: ValidationLimits {
@@ -83,20 +83,20 @@ impl Shared {
                 vocab_size: Some(u32::try_from(facts.vocab_size).unwrap_or(u32::MAX)),
                 ..ValidationLimits::default()
             },
-            max_frame_bytes: config.max_frame_bytes,
+            max_frame_bytes: config.transport.max_frame_bytes,
             max_context_tokens,
-            max_sessions_per_device: config.max_sessions_per_device,
-            max_connections: config.max_connections,
-            store: Arc::new(SessionStore::with_total(max_context_tokens, config.max_sessions_per_device, config.overload.max_sessions)),
+            max_sessions_per_device: config.sessions.max_per_device,
+            max_connections: config.transport.max_connections,
+            store: Arc::new(SessionStore::with_total(max_context_tokens, config.sessions.max_per_device, config.overload.max_sessions)),
             llm: Dispatcher::new(llm, drain.subscribe()),
             connections: AtomicUsize::new(0),
             sources: Arc::new(SourceLimiter::new(config.overload.max_connections_per_source)),
             buffers: Arc::new(BufferBudget::new(config.overload.max_buffered_bytes_per_connection, config.overload.max_buffered_bytes, config.overload.stream_read_timeout)),
             open_escalations: AtomicUsize::new(0),
             drain,
-            drain_grace: config.drain_grace,
-            drain_redirect: config.drain_redirect.clone(),
-            admin_token: config.admin_token.clone(),
+            drain_grace: config.drain.grace,
+            drain_redirect: config.drain.redirect.clone(),
+            admin_token: config.drain.admin_token.clone(),
             identity,
         }
     }

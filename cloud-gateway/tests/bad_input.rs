@@ -7,7 +7,6 @@ mod support;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use cloud_gateway::GatewayConfig;
 use common::protocol::{encode_frame, ContextSync, ErrorCode, Frame, RejectReason, TokenIds, WireSampling};
 use support::*;
 
@@ -29,7 +28,7 @@ fn error_code(f: &Frame) -> ErrorCode {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_frames_get_typed_errors_and_the_gateway_keeps_serving_others() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = start_gateway(GatewayConfig { auth_token: Some("sesame".into()), ..test_config(dir.path()) }).await;
+    let gw = start_gateway(tuned(test_config(dir.path()), |c| c.identity.auth_token = Some("sesame".into()))).await;
     let (addr, ca) = (gw.local_addr().unwrap(), ca_cert(dir.path()));
 
     let bad = link(addr, &ca, "bad-device", "sesame");
@@ -83,7 +82,7 @@ async fn an_oversize_length_prefix_is_refused_before_its_body_is_sent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_auth_token_or_tokenizer_is_rejected_with_what_to_fix() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = start_gateway(GatewayConfig { auth_token: Some("sesame".into()), ..test_config(dir.path()) }).await;
+    let gw = start_gateway(tuned(test_config(dir.path()), |c| c.identity.auth_token = Some("sesame".into()))).await;
     let (addr, ca) = (gw.local_addr().unwrap(), ca_cert(dir.path()));
     let wrong_auth = link(addr, &ca, "intruder", "guess");
     assert!(rejected(&wrong_auth).await.contains("authentication"));
@@ -109,7 +108,7 @@ async fn a_hello_with_another_protocol_version_is_rejected_with_the_supported_on
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_device_over_its_session_limit_gets_too_many_sessions() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = start_gateway(GatewayConfig { max_sessions_per_device: 2, ..test_config(dir.path()) }).await;
+    let gw = start_gateway(tuned(test_config(dir.path()), |c| c.sessions.max_per_device = 2)).await;
     let (addr, ca) = (gw.local_addr().unwrap(), ca_cert(dir.path()));
     let greedy = link(addr, &ca, "greedy", "");
     greedy.wait_up(Duration::from_secs(5)).await.unwrap();
@@ -133,7 +132,7 @@ async fn a_device_over_its_session_limit_gets_too_many_sessions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_device_over_the_connection_limit_is_rejected_for_the_connection_limit() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = start_gateway(GatewayConfig { max_connections: 1, ..test_config(dir.path()) }).await;
+    let gw = start_gateway(tuned(test_config(dir.path()), |c| c.transport.max_connections = 1)).await;
     let (addr, ca) = (gw.local_addr().unwrap(), ca_cert(dir.path()));
     let first = link(addr, &ca, "first", "");
     first.wait_up(Duration::from_secs(5)).await.unwrap();

@@ -1,6 +1,7 @@
 //! The gateway's bounds under abuse and overload (ARCHITECTURE.md, "Gateway"), over real QUIC
-//! on loopback (`loadtest abuse`'s scenarios, scaled down): each abuse is bounded while it lasts, and once it stops the
-//! memory it held is given back and a well-behaved device is served within its deadline.
+//! on loopback (`loadtest abuse`'s scenarios, scaled down): each abuse is bounded while it
+//! lasts, and once it stops the memory it held is given back and a well-behaved device is
+//! served within its deadline.
 
 mod support;
 
@@ -114,7 +115,7 @@ async fn partial_frames_are_bounded_per_connection_reset_after_the_read_timeout_
 async fn invented_ids_cannot_hold_more_sessions_than_the_total_and_new_ones_are_served_after_expiry() {
     let dir = tempfile::tempdir().unwrap();
     let overload = OverloadConfig { max_sessions: 4, ..OverloadConfig::default() };
-    let gw = support::start_gateway(GatewayConfig { overload, session_idle: Duration::from_secs(2), ..test_config(dir.path()) }).await;
+    let gw = support::start_gateway(tuned(GatewayConfig { overload, ..test_config(dir.path()) }, |c| c.sessions.idle = Duration::from_secs(2))).await;
     let (addr, ca) = (gw.local_addr().unwrap(), ca_cert(dir.path()));
     let endpoint = client_on("127.0.0.1:0", &ca);
     let mut refused = 0;

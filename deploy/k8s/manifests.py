@@ -50,6 +50,15 @@ def gateway_toml(items: list[dict]) -> str:
     return maps[0]["data"]["gateway.toml"]
 
 
+def settings(cfg: dict) -> dict:
+    """gateway.toml's keys with its sections ([transport], [engines], ...) flattened: each key
+    is a flag's long name; the binary's --check says which section a key belongs in."""
+    flat: dict = {}
+    for key, value in cfg.items():
+        flat.update(value if isinstance(value, dict) else {key: value})
+    return flat
+
+
 def pod_specs(items: list[dict]):
     """(workload, pod spec) for every Deployment, StatefulSet and Job."""
     for d in items:
@@ -92,9 +101,13 @@ def check_consistency(items: list[dict], help_text: str, llama_help: str | None)
                 if n.startswith("DUET_") and n not in env and n not in GATEWAY_ENV_NOT_FLAGS:
                     errors.append(f"{where}: {n} is not a cloud-gateway variable (cloud-gateway --help)")
 
-    # 2. gateway.toml: keys are flags (the binary's --check also refuses unknown keys by name;
-    #    this names the overlay). Engines: see check_engines.
-    cfg = tomllib.loads(gateway_toml(items))
+    # 2. gateway.toml: sections of flags (the binary's --check also refuses unknown sections and
+    #    keys by name; this names the overlay). Engines: see check_engines.
+    sectioned = tomllib.loads(gateway_toml(items))
+    for key, value in sectioned.items():
+        if not isinstance(value, dict):
+            errors.append(f"gateway.toml: `{key}` outside a section (deprecated: put it in its section of `cloud-gateway --help`)")
+    cfg = settings(sectioned)
     for key in cfg:
         if f"--{key}" not in flags:
             errors.append(f"gateway.toml: `{key}` is not a cloud-gateway flag")

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::Args;
 use cloud_gateway::batcher::backend::{Backend, EmbeddedBackend, EmbeddedOptions};
-use cloud_gateway::config::{BatcherConfig, GatewayConfig};
+use cloud_gateway::config::{BatcherConfig, GatewayConfig, SessionsConfig};
 use cloud_gateway::engine::client::EngineClient;
 use cloud_gateway::engine::connect::{connect, expected_vocabulary, tokenizer_path};
 use cloud_gateway::engine::llamacpp::LlamaCppDialect;
@@ -389,7 +389,7 @@ async fn measure(args: &EnginesArgs, windows: &[Vec<u32>], tokenizer_file: &std:
         let dir = tempfile::tempdir()?;
         let (base, cert) = crate::loopback::loopback_config(dir.path())?;
         let config = GatewayConfig {
-            max_sessions_per_device: per_device.max(64),
+            sessions: SessionsConfig { max_per_device: per_device.max(64), ..SessionsConfig::default() },
             batcher: BatcherConfig { max_batch: args.max_batch.max(1), queue_capacity: args.sessions.max(256), ..BatcherConfig::default() },
             ..base
         };

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use cloud_gateway::config::GatewayConfig;
+use cloud_gateway::config::{GatewayConfig, IdentityConfig};
 use cloud_gateway::identity::ca::{init_ca, FleetCa};
 use cloud_gateway::Gateway;
 use common::protocol::{decode_frame, encode_frame, Frame, PROTOCOL_VERSION};
@@ -105,12 +105,13 @@ async fn measure(args: HandshakeArgs) -> anyhow::Result<()> {
     let revoked = dir.path().join("revoked.txt");
     let entries: String = (0..1000).map(|i| format!("revoked-device-{i}\n")).collect();
     std::fs::write(&revoked, entries)?;
-    let gateway = |config: GatewayConfig| {
+    let gateway = |mut config: GatewayConfig, identity: IdentityConfig| {
         let backend = Box::new(FixedCostBackend::new(Duration::ZERO, &slm));
-        Gateway::start(GatewayConfig { max_connections: 100_000, ..config }, backend)
+        config.transport.max_connections = 100_000;
+        Gateway::start(GatewayConfig { identity, ..config }, backend)
     };
-    let token_gw = gateway(GatewayConfig { auth_token: Some("bench-shared-token".into()), ..base.clone() }).await?;
-    let mtls_gw = gateway(GatewayConfig { client_ca: Some(ca_cert), revoked_file: Some(revoked), ..base }).await?;
+    let token_gw = gateway(base.clone(), IdentityConfig { auth_token: Some("bench-shared-token".into()), ..IdentityConfig::default() }).await?;
+    let mtls_gw = gateway(base, IdentityConfig { client_ca: Some(ca_cert), revoked_file: Some(revoked), ..IdentityConfig::default() }).await?;
 
     let ca = FleetCa::load(&ca_dir)?;
     let keep_alive = Duration::from_secs(5);

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use cloud_gateway::config::{CertSource, GatewayConfig, OverloadConfig};
+use cloud_gateway::config::{CertSource, GatewayConfig, OverloadConfig, TransportConfig};
 
 /// A loopback gateway configuration whose certificate and key are written into `dir`; returns
 /// it with the certificate's path (the devices' `--ca-cert`).
@@ -16,6 +16,7 @@ pub fn loopback_config(dir: &Path) -> anyhow::Result<(GatewayConfig, PathBuf)> {
     // Every simulated device (and the impairment relay) connects from 127.0.0.1: one source
     // address may hold every connection.
     let overload = OverloadConfig { max_connections_per_source: usize::MAX, ..OverloadConfig::default() };
-    let config = GatewayConfig { listen: "127.0.0.1:0".parse()?, http_listen: None, cert: CertSource::Files { cert: cert.clone(), key }, overload, ..GatewayConfig::default() };
+    let transport = TransportConfig { listen: "127.0.0.1:0".parse()?, http_listen: None, cert: CertSource::Files { cert: cert.clone(), key }, ..TransportConfig::default() };
+    let config = GatewayConfig { transport, overload, ..GatewayConfig::default() };
     Ok((config, cert))
 }

@@ -283,7 +283,8 @@ fn escalate(seq: u32, tokens: Vec<u32>) -> Frame {
 async fn a_v1_device_is_served_through_the_drain_and_closed_at_its_end_while_v2_gets_go_away() {
     let dir = tempfile::tempdir().unwrap();
     let grace = Duration::from_secs(3);
-    let config = cloud_gateway::GatewayConfig { drain_grace: grace, drain_redirect: Some("gw-b.example:4433".into()), ..test_config(dir.path()) };
+    let drain = cloud_gateway::config::DrainConfig { grace, redirect: Some("gw-b.example:4433".into()), ..Default::default() };
+    let config = cloud_gateway::GatewayConfig { drain, ..test_config(dir.path()) };
     // Every backend call takes 600 ms, so work can be in flight across the drain's phases.
     let gw = start_gateway_with(config, TINY, Duration::from_millis(600)).await;
     let (addr, ca) = (gw.local_addr().unwrap(), dir.path().join("cert.pem"));

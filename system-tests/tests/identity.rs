@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cloud_gateway::config::{GatewayConfig, RateLimit};
+use cloud_gateway::config::{GatewayConfig, IdentityConfig, RateLimit};
 use cloud_gateway::identity::ca::{init_ca, FleetCa, CA_CERT_FILE};
 use cloud_gateway::identity::registry::{CLOSE_REPLACED, CLOSE_REVOKED, REPLACED_REASON};
 use cloud_gateway::identity::revoked;
@@ -76,7 +76,8 @@ impl Fleet {
 
     /// A gateway requiring certificates from this fleet's CA, with `tune` applied.
     async fn gateway(&self, tune: impl FnOnce(GatewayConfig) -> GatewayConfig) -> Gateway {
-        let config = GatewayConfig { client_ca: Some(self.ca_cert()), revoked_file: Some(self.revoked_file()), revoked_poll: Duration::from_millis(50), ..test_config(self.dir.path()) };
+        let identity = IdentityConfig { client_ca: Some(self.ca_cert()), revoked_file: Some(self.revoked_file()), revoked_poll: Duration::from_millis(50), ..IdentityConfig::default() };
+        let config = GatewayConfig { identity, ..test_config(self.dir.path()) };
         Gateway::start(tune(config), Box::new(HashBackend::new(TINY, Duration::ZERO))).await.unwrap()
     }
 }
@@ -311,7 +312,10 @@ async fn revoking_a_connected_device_closes_its_connection_within_a_poll_and_spa
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_per_device_session_limit_holds_whatever_ids_hello_invents() {
     let fleet = Fleet::new();
-    let gw = fleet.gateway(|c| GatewayConfig { max_sessions_per_device: 3, ..c }).await;
+    let gw = fleet.gateway(|mut c| {
+        c.sessions.max_per_device = 3;
+        c
+    }).await;
     let addr = gw.local_addr().unwrap();
     let (id, _) = fleet.enrol("device-a");
     let mut conn = connect(addr, &fleet.server_cert(), Some(&id), "invented-0").await.unwrap();
@@ -364,7 +368,10 @@ async fn a_second_connection_of_a_device_replaces_the_first_which_is_told_why_an
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_device_over_its_escalation_rate_gets_busy_with_a_retry_time_while_others_are_served() {
     let fleet = Fleet::new();
-    let gw = fleet.gateway(|c| GatewayConfig { device_rate: RateLimit { per_second: 2, burst: 3 }, ..c }).await;
+    let gw = fleet.gateway(|mut c| {
+        c.identity.device_rate = RateLimit { per_second: 2, burst: 3 };
+        c
+    }).await;
     let addr = gw.local_addr().unwrap();
     let (a_id, _) = fleet.enrol("device-a");
     let (b_id, _) = fleet.enrol("device-b");

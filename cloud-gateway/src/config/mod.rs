@@ -1,24 +1,46 @@
-//! Every setting of a gateway, in one struct.
+//! Every setting of a gateway, in sections: [`GatewayConfig`] holds one struct per part of the
+//! gateway (transport, identity, sessions, batcher, overload, engines, drain), which is also
+//! how the binary's flags are grouped in `--help` and how `--config FILE` is laid out
+//! (`[batcher] max-batch = 16`; see [`crate::cli`]).
 //!
-//! The binary maps its flags into [`GatewayConfig`] (see [`crate::cli`]); tests and the load
-//! tester write `GatewayConfig { .., ..GatewayConfig::default() }` directly, so there is one
-//! definition of each setting and of its default. The defaults run a gateway on one machine:
-//! loopback addresses and a self-signed certificate written where a local edge node looks for
-//! it. What connections derive from these settings together with the model's facts is
-//! computed once, in [`crate::state::Shared::new`].
+//! Tests and the load tester write `GatewayConfig { batcher: .., ..GatewayConfig::default() }`
+//! directly, so there is one definition of each setting and of its default. The defaults run a
+//! gateway on one machine: loopback addresses and a self-signed certificate written where a
+//! local edge node looks for it. [`GatewayConfig::validated`] ([`validate`]) is the one place
+//! values are refused or brought into range; what connections derive from the settings
+//! together with the model's facts is computed once, in [`crate::state::Shared::new`].
+
+mod validate;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::protocol::{DEFAULT_MAX_FRAME_BYTES, HARD_MAX_FRAME_BYTES};
+use common::protocol::DEFAULT_MAX_FRAME_BYTES;
 use model_runtime::model_files::duet_home;
 
+pub use crate::engine::pool::PoolConfig;
 pub use crate::identity::rate::RateLimit;
 
-/// Smallest frame limit a gateway accepts: below it an honest `Escalate` with a short context
-/// would not fit.
-const MIN_FRAME_BYTES: usize = 1024;
+/// Everything needed to run a gateway, apart from its LLM (an embedded backend, or engines
+/// found with [`EnginesConfig`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GatewayConfig {
+    /// QUIC listener, TLS, HTTP side port, connection limits.
+    pub transport: TransportConfig,
+    /// Who devices are, and how much each may ask.
+    pub identity: IdentityConfig,
+    /// Sessions per device and their idle expiry.
+    pub sessions: SessionsConfig,
+    /// Batching and the queue's capacity (the embedded LLM path).
+    pub batcher: BatcherConfig,
+    /// Bounds under abuse and overload (cost cap, readiness, totals, per-source, buffers).
+    pub overload: OverloadConfig,
+    /// External engines (the other LLM path), when configured.
+    pub engines: EnginesConfig,
+    /// Graceful drain.
+    pub drain: DrainConfig,
+}
 
 /// Where the QUIC listener's certificate comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +67,77 @@ impl CertSource {
     /// `$DUET_HOME/gateway-cert.pem`, where a local edge node finds it without flags.
     pub fn self_signed_local() -> Self {
         Self::SelfSigned { names: vec!["localhost".into(), "127.0.0.1".into()], write_to: Some(duet_home().join("gateway-cert.pem")) }
+    }
+}
+
+/// The QUIC listener and the HTTP side port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransportConfig {
+    /// UDP address of the QUIC listener.
+    pub listen: SocketAddr,
+    /// TCP address of the HTTP side port (`/metrics`, `/healthz`, `/readyz`); `None` = off.
+    pub http_listen: Option<SocketAddr>,
+    /// TLS certificate source.
+    pub cert: CertSource,
+    /// Largest accepted frame payload, bytes; bounds what one stream can make us buffer.
+    pub max_frame_bytes: usize,
+    /// Most connected devices; beyond it a device is refused with `Reject { Overloaded }`.
+    pub max_connections: usize,
+    /// QUIC idle timeout (devices keep alive below it).
+    pub idle_timeout: Duration,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 4433)),
+            http_listen: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 9464))),
+            cert: CertSource::self_signed_local(),
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            max_connections: 10_000,
+            idle_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Who devices are (mutual TLS or the dev mode's shared token), and what the gateway calls
+/// itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdentityConfig {
+    /// Name announced in `Welcome`, so a device's logs say which gateway answered.
+    pub gateway_id: String,
+    /// Shared secret devices present in `Hello`; `None` accepts any device (development only).
+    pub auth_token: Option<String>,
+    /// The fleet CA (PEM) that device certificates must chain to: mutual TLS, and the device
+    /// id comes from the certificate. `None`: identity is what `Hello` claims (dev mode).
+    pub client_ca: Option<PathBuf>,
+    /// Deny list of device ids and certificate serials (see [`crate::identity::revoked`]),
+    /// reloaded while running.
+    pub revoked_file: Option<PathBuf>,
+    /// How often the deny list's file is checked for changes (SIGHUP reloads at once).
+    pub revoked_poll: Duration,
+    /// Escalations per second (and burst) each device identity may make; beyond it `Busy`.
+    pub device_rate: RateLimit,
+}
+
+impl Default for IdentityConfig {
+    fn default() -> Self {
+        Self { gateway_id: "duet-gateway".into(), auth_token: None, client_ca: None, revoked_file: None, revoked_poll: Duration::from_secs(2), device_rate: RateLimit::default() }
+    }
+}
+
+/// The session store's per-device bound and expiry (its total bound is an overload bound).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionsConfig {
+    /// Most sessions one device may hold; bounds one device's share of the session store.
+    pub max_per_device: usize,
+    /// Sessions idle this long are dropped (a device that vanished frees its memory).
+    pub idle: Duration,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        Self { max_per_device: 64, idle: Duration::from_secs(300) }
     }
 }
 
@@ -83,7 +176,7 @@ pub struct OverloadConfig {
     pub max_sessions: usize,
     /// Most connections (handshaking or connected) from one IP address; beyond it the
     /// address's new connections are refused at the QUIC level. Behind a proxy or NAT that
-    /// hides devices' addresses, raise it to `max_connections`.
+    /// hides devices' addresses, raise it to the connection limit.
     pub max_connections_per_source: usize,
     /// A request stream must deliver its frame within this time, or it is reset (a partial
     /// frame cannot pin memory).
@@ -110,153 +203,39 @@ impl Default for OverloadConfig {
     }
 }
 
-/// Everything needed to run a gateway, apart from its backend.
+/// External engines: the pool's settings, and how long start-up waits for them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnginesConfig {
+    /// The workers and the pool's policies (`pool.engines` empty: the embedded LLM serves).
+    pub pool: PoolConfig,
+    /// How long to wait for an engine still loading its model: at start-up for the first
+    /// worker, later for each new one.
+    pub startup_wait: Duration,
+}
+
+impl Default for EnginesConfig {
+    fn default() -> Self {
+        Self { pool: PoolConfig::default(), startup_wait: Duration::from_secs(300) }
+    }
+}
+
+/// How the gateway drains (SIGTERM, `POST /drain`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GatewayConfig {
-    /// UDP address of the QUIC listener.
-    pub listen: SocketAddr,
-    /// TCP address of the HTTP side port (`/metrics`, `/healthz`, `/readyz`); `None` = off.
-    pub http_listen: Option<SocketAddr>,
-    /// TLS certificate source.
-    pub cert: CertSource,
-    /// Shared secret devices present in `Hello`; `None` accepts any device (development only).
-    pub auth_token: Option<String>,
-    /// The fleet CA (PEM) that device certificates must chain to: mutual TLS, and the device
-    /// id comes from the certificate. `None`: identity is what `Hello` claims (dev mode).
-    pub client_ca: Option<PathBuf>,
-    /// Deny list of device ids and certificate serials (see [`crate::identity::revoked`]),
-    /// reloaded while running.
-    pub revoked_file: Option<PathBuf>,
-    /// How often the deny list's file is checked for changes (SIGHUP reloads at once).
-    pub revoked_poll: Duration,
-    /// Escalations per second (and burst) each device identity may make; beyond it `Busy`.
-    pub device_rate: RateLimit,
-    /// Name announced in `Welcome`, so a device's logs say which gateway answered.
-    pub gateway_id: String,
-    /// Largest accepted frame payload, bytes; bounds what one stream can make us buffer.
-    pub max_frame_bytes: usize,
-    /// Most sessions one device may hold; bounds one device's share of the session store.
-    pub max_sessions_per_device: usize,
-    /// Most connected devices; beyond it a device is refused with `Reject { Overloaded }`.
-    pub max_connections: usize,
-    /// Sessions idle this long are dropped (a device that vanished frees its memory).
-    pub session_idle: Duration,
-    /// QUIC idle timeout (devices keep alive below it).
-    pub idle_timeout: Duration,
-    /// Batching and admission.
-    pub batcher: BatcherConfig,
-    /// Bounds under abuse and overload (cost cap, readiness, totals, per-source, buffers).
-    pub overload: OverloadConfig,
-    /// How long a graceful drain (SIGTERM, `POST /drain`) may take, start to exit: set the
-    /// orchestrator's own limit above it (Kubernetes: `terminationGracePeriodSeconds` ≥ a
-    /// preStop sleep + this + a few seconds), or it kills the process mid-drain.
-    pub drain_grace: Duration,
+pub struct DrainConfig {
+    /// How long a graceful drain may take, start to exit: set the orchestrator's own limit
+    /// above it (Kubernetes: `terminationGracePeriodSeconds` ≥ a preStop sleep + this + a few
+    /// seconds), or it kills the process mid-drain.
+    pub grace: Duration,
     /// Where a drain sends devices (`GoAway`'s redirect, `host:port`); `None` = to their own
     /// list of gateways.
-    pub drain_redirect: Option<String>,
+    pub redirect: Option<String>,
     /// Bearer token of the HTTP side port's admin endpoints (`POST /drain`); `None` turns
     /// them off.
     pub admin_token: Option<String>,
 }
 
-impl Default for GatewayConfig {
+impl Default for DrainConfig {
     fn default() -> Self {
-        Self {
-            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 4433)),
-            http_listen: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, 9464))),
-            cert: CertSource::self_signed_local(),
-            auth_token: None,
-            client_ca: None,
-            revoked_file: None,
-            revoked_poll: Duration::from_secs(2),
-            device_rate: RateLimit::default(),
-            gateway_id: "duet-gateway".into(),
-            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
-            max_sessions_per_device: 64,
-            max_connections: 10_000,
-            session_idle: Duration::from_secs(300),
-            idle_timeout: Duration::from_secs(30),
-            batcher: BatcherConfig::default(),
-            overload: OverloadConfig::default(),
-            drain_grace: Duration::from_secs(20),
-            drain_redirect: None,
-            admin_token: None,
-        }
-    }
-}
-
-impl GatewayConfig {
-    /// The configuration a gateway actually runs with: limits that would make it useless are
-    /// refused (so is a drain redirect that is not a `host:port`), the others are brought into
-    /// their sensible range (a frame limit within 1 KiB..=16 MiB, at least one session,
-    /// connection and second of idle time and of drain), and an empty auth or admin token
-    /// means none.
-    pub fn validated(mut self) -> anyhow::Result<Self> {
-        anyhow::ensure!(self.batcher.queue_capacity > 0, "the queue capacity must be > 0");
-        anyhow::ensure!(self.batcher.max_batch > 0, "the batch size must be > 0");
-        self.auth_token = self.auth_token.filter(|t| !t.is_empty());
-        self.admin_token = self.admin_token.filter(|t| !t.is_empty());
-        self.drain_redirect = self.drain_redirect.filter(|r| !r.is_empty());
-        if let Some(r) = &self.drain_redirect {
-            let frame = common::protocol::Frame::GoAway { redirect: Some(r.clone()) };
-            frame.validate(&common::protocol::ValidationLimits::default()).map_err(|e| anyhow::anyhow!("drain redirect `{r}`: {e}"))?;
-        }
-        self.drain_grace = self.drain_grace.max(Duration::from_secs(1));
-        self.max_frame_bytes = self.max_frame_bytes.clamp(MIN_FRAME_BYTES, HARD_MAX_FRAME_BYTES);
-        self.max_sessions_per_device = self.max_sessions_per_device.max(1);
-        self.max_connections = self.max_connections.max(1);
-        self.session_idle = self.session_idle.max(Duration::from_secs(1));
-        self.revoked_poll = self.revoked_poll.max(Duration::from_millis(10));
-        self.device_rate.burst = self.device_rate.burst.max(1);
-        let o = &mut self.overload;
-        o.max_batch_tokens = o.max_batch_tokens.max(1);
-        o.max_sessions = o.max_sessions.max(1);
-        o.max_connections_per_source = o.max_connections_per_source.max(1);
-        o.stream_read_timeout = o.stream_read_timeout.max(Duration::from_millis(100));
-        // One frame must fit, or no stream could ever be read.
-        let one_frame = self.max_frame_bytes + common::protocol::LENGTH_PREFIX_BYTES;
-        o.max_buffered_bytes_per_connection = o.max_buffered_bytes_per_connection.max(one_frame);
-        o.max_buffered_bytes = o.max_buffered_bytes.max(o.max_buffered_bytes_per_connection);
-        Ok(self)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_default_serves_loopback_with_a_certificate_a_local_edge_finds() {
-        let c = GatewayConfig::default();
-        assert_eq!(c.listen.to_string(), "127.0.0.1:4433");
-        assert_eq!(c.http_listen.map(|a| a.to_string()).as_deref(), Some("127.0.0.1:9464"));
-        let CertSource::SelfSigned { write_to, .. } = &c.cert else { panic!("{:?}", c.cert) };
-        assert_eq!(write_to.as_deref(), Some(duet_home().join("gateway-cert.pem").as_path()));
-        assert_eq!(c.clone().validated().unwrap(), c, "the default needs no correction");
-    }
-
-    #[test]
-    fn validation_refuses_an_empty_queue_and_clamps_the_rest() {
-        let zero_queue = GatewayConfig { batcher: BatcherConfig { queue_capacity: 0, ..BatcherConfig::default() }, ..GatewayConfig::default() };
-        assert!(zero_queue.validated().is_err());
-        let bad_redirect = GatewayConfig { drain_redirect: Some("no port".into()), ..GatewayConfig::default() };
-        assert!(bad_redirect.validated().unwrap_err().to_string().contains("no port"));
-        let odd = GatewayConfig {
-            auth_token: Some(String::new()),
-            max_frame_bytes: 1,
-            max_sessions_per_device: 0,
-            max_connections: 0,
-            session_idle: Duration::ZERO,
-            admin_token: Some(String::new()),
-            drain_grace: Duration::ZERO,
-            ..GatewayConfig::default()
-        }
-        .validated()
-        .unwrap();
-        assert_eq!((odd.auth_token, odd.admin_token), (None, None));
-        assert_eq!(odd.drain_grace, Duration::from_secs(1));
-        assert_eq!(odd.max_frame_bytes, MIN_FRAME_BYTES);
-        assert_eq!((odd.max_sessions_per_device, odd.max_connections), (1, 1));
-        assert_eq!(odd.session_idle, Duration::from_secs(1));
+        Self { grace: Duration::from_secs(20), redirect: None, admin_token: None }
     }
 }

@@ -22,7 +22,13 @@
 //! with `cache_prompt`, so each prefills the one token the previous request did not have on
 //! the slot's cached prefix. A sequence of N positions costs N requests (N one-token steps, as
 //! the in-process teacher's decode steps, plus an HTTP round trip each), where SGLang and vLLM
-//! take one prefill.
+//! take one prefill. The first request of a sequence prefills its prefix afresh
+//! (`cache_prompt: false`; the slot still keeps the result for the next request): llama.cpp's
+//! CPU kernels are not batch-invariant, so a token's keys and values, and every choice after
+//! them, differ by up to ~0.1 nat with how the prefix was split into prefills (measured on
+//! the 1.5B Q4_K_M: one 119-token prefill against 5 cached + 114, a near-tie flipped), and
+//! reusing whatever prefix the previous sequence left would make a sequence's choices depend on
+//! which sequence came before it.
 
 use common::sampling::SamplingParams;
 
@@ -126,9 +132,15 @@ impl Dialect for LlamaCppDialect {
 
     fn prompt_choices_calls(&self, r: &PromptChoicesRequest<'_>) -> Vec<HttpCall> {
         let greedy = SamplingParams::default();
-        r.positions()
+        let mut calls: Vec<HttpCall> = r
+            .positions()
             .map(|at| self.next_token_call(&NextTokenRequest { context: &r.tokens[..at], sampling: &greedy, seed: None, max_new_tokens: 1, top_logprobs: r.top_n(), slot: r.slot }))
-            .collect()
+            .collect();
+        // The prefix from scratch, whatever the slot holds (see the module doc).
+        if let Some(body) = calls.first_mut().and_then(|c| c.body.as_mut()) {
+            body["cache_prompt"] = json!(false);
+        }
+        calls
     }
 
     fn parse_prompt_choices(&self, r: &PromptChoicesRequest<'_>, bodies: &[Vec<u8>]) -> Result<Vec<PromptChoice>, EngineError> {
@@ -228,16 +240,17 @@ mod tests {
     }
 
     #[test]
-    fn prompt_choices_are_one_greedy_request_per_position_on_the_pinned_slot_with_the_cache_on() {
+    fn prompt_choices_are_one_greedy_request_per_position_on_the_pinned_slot_extending_its_cache() {
         let r = PromptChoicesRequest { tokens: &[151644, 872, 198, 3838, 374], first: 3, runner_up: true, slot: Some(0) };
         let calls = LlamaCppDialect.prompt_choices_calls(&r);
         assert_eq!(calls.len(), 2, "one per position: 3 and 4");
-        for (call, prefix) in calls.iter().zip([json!([151644, 872, 198]), json!([151644, 872, 198, 3838])]) {
+        for (i, (call, prefix)) in calls.iter().zip([json!([151644, 872, 198]), json!([151644, 872, 198, 3838])]).enumerate() {
             assert_eq!(call.path, "/completion");
             let b = call.body.as_ref().unwrap();
             assert_eq!(b["prompt"], prefix, "the tokens before the position");
             assert_eq!((b["n_predict"].clone(), b["top_k"].clone(), b["temperature"].clone()), (json!(1), json!(1), json!(0.0)));
-            assert_eq!((b["cache_prompt"].clone(), b["id_slot"].clone(), b["n_probs"].clone()), (json!(true), json!(0), json!(2)));
+            assert_eq!((b["id_slot"].clone(), b["n_probs"].clone()), (json!(0), json!(2)));
+            assert_eq!(b["cache_prompt"], i > 0, "the prefix afresh, then one cached token more per request");
             assert_eq!(b["repeat_penalty"], 1.0);
         }
         let one = LlamaCppDialect.prompt_choices_calls(&PromptChoicesRequest { runner_up: false, slot: None, ..r });

@@ -56,7 +56,7 @@ impl Identities {
     /// file that does not exist yet is an empty list (`fleet revoke` creates it); one that does
     /// not parse stops the gateway.
     pub fn load(config: &GatewayConfig) -> anyhow::Result<Self> {
-        let list = match &config.revoked_file {
+        let list = match &config.identity.revoked_file {
             Some(path) if path.exists() => DenyList::load(path)?,
             Some(path) => {
                 tracing::warn!(path = %path.display(), "the deny list does not exist yet: nothing revoked");
@@ -65,26 +65,26 @@ impl Identities {
             None => DenyList::default(),
         };
         let deny = Arc::new(DenyCell::new(list));
-        let verifier = match &config.client_ca {
+        let verifier = match &config.identity.client_ca {
             Some(ca) => {
                 let v = DeviceCertVerifier::load(ca, deny.clone())?;
                 tracing::info!(client_ca = %ca.display(), "mutual TLS: device identity comes from the client certificate");
                 Some(Arc::new(v))
             }
             None => {
-                let how = if config.auth_token.is_some() { "the shared --auth-token" } else { "nothing (no --auth-token either)" };
+                let how = if config.identity.auth_token.is_some() { "the shared --auth-token" } else { "nothing (no --auth-token either)" };
                 tracing::warn!("no --client-ca: device identity is UNVERIFIED (dev mode): a device is whatever its Hello claims, checked by {how}");
                 None
             }
         };
-        let max_buckets = config.max_connections.saturating_mul(2).max(1024);
+        let max_buckets = config.transport.max_connections.saturating_mul(2).max(1024);
         Ok(Self {
             verifier,
             deny,
             registry: Arc::default(),
-            rate: DeviceRateLimiter::new(config.device_rate, max_buckets),
-            revoked_file: config.revoked_file.clone(),
-            revoked_poll: config.revoked_poll,
+            rate: DeviceRateLimiter::new(config.identity.device_rate, max_buckets),
+            revoked_file: config.identity.revoked_file.clone(),
+            revoked_poll: config.identity.revoked_poll,
         })
     }
 

@@ -19,8 +19,8 @@ use crate::state::Shared;
 /// Bind the QUIC endpoint the configuration describes (TLS and transport settings included);
 /// with `client_auth`, devices must present a certificate it accepts (mutual TLS).
 pub fn bind(config: &GatewayConfig, client_auth: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>) -> anyhow::Result<quinn::Endpoint> {
-    let server = server_config(&config.cert, client_auth, config.idle_timeout)?;
-    quinn::Endpoint::server(server, config.listen).with_context(|| format!("binding QUIC on {}", config.listen))
+    let server = server_config(&config.transport.cert, client_auth, config.transport.idle_timeout)?;
+    quinn::Endpoint::server(server, config.transport.listen).with_context(|| format!("binding QUIC on {}", config.transport.listen))
 }
 
 /// Accept devices until the endpoint closes: each gets its own task (handshake, then a

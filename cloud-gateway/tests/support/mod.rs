@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use cloud_gateway::batcher::backend::{EmbeddedBackend, EmbeddedOptions};
-use cloud_gateway::config::{CertSource, GatewayConfig};
+use cloud_gateway::config::{CertSource, GatewayConfig, TransportConfig};
 use cloud_gateway::Gateway;
 use common::protocol::{decode_frame, Frame};
 use edge_node::link::{Link, LinkConfig, LinkState};
@@ -28,12 +28,19 @@ pub fn test_config(dir: &Path) -> GatewayConfig {
     let (cert, key) = (ca_cert(dir), dir.join("key.pem"));
     std::fs::write(&cert, ck.cert.pem()).unwrap();
     std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
-    GatewayConfig {
+    let transport = TransportConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         http_listen: Some("127.0.0.1:0".parse().unwrap()),
         cert: CertSource::Files { cert, key },
-        ..GatewayConfig::default()
-    }
+        ..TransportConfig::default()
+    };
+    GatewayConfig { transport, ..GatewayConfig::default() }
+}
+
+/// `config` with `tune` applied (for the nested sections of a test's configuration).
+pub fn tuned(mut config: GatewayConfig, tune: impl FnOnce(&mut GatewayConfig)) -> GatewayConfig {
+    tune(&mut config);
+    config
 }
 
 /// The certificate clients of a [`test_config`] gateway trust.

@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use cloud_gateway::batcher::backend::{Backend, EmbeddedBackend, EmbeddedOptions, ModelFacts};
-use cloud_gateway::config::{BatcherConfig, GatewayConfig};
+use cloud_gateway::config::{BatcherConfig, GatewayConfig, TransportConfig};
 use cloud_gateway::engine::connect::{connect, expected_vocabulary, tokenizer_path};
 use cloud_gateway::engine::pool::PoolConfig;
 use cloud_gateway::Gateway;
@@ -54,7 +54,7 @@ pub struct GatewayArgs {
     #[arg(long, env = "DUET_FLEET_QUEUE_CAPACITY", default_value_t = BatcherConfig::default().queue_capacity)]
     pub queue_capacity: usize,
     /// Most connected devices.
-    #[arg(long, env = "DUET_FLEET_MAX_CONNECTIONS", default_value_t = GatewayConfig::default().max_connections)]
+    #[arg(long, env = "DUET_FLEET_MAX_CONNECTIONS", default_value_t = GatewayConfig::default().transport.max_connections)]
     pub max_connections: usize,
     /// Embedded LLM: ONNX Runtime threads (0 = all cores).
     #[arg(long, env = "DUET_FLEET_LLM_THREADS", default_value_t = 0)]
@@ -112,13 +112,9 @@ pub fn run(args: GatewayArgs) -> anyhow::Result<()> {
         let dir = args.cert_dir.clone().unwrap_or_else(|| temp.path().to_path_buf());
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let (base, cert) = crate::loopback::loopback_config(&dir)?;
-        let config = GatewayConfig {
-            listen: args.listen,
-            http_listen: Some(args.http_listen),
-            max_connections: args.max_connections,
-            batcher: BatcherConfig { max_batch: args.max_batch, max_wait: Duration::from_millis(args.max_wait_ms), queue_capacity: args.queue_capacity },
-            ..base
-        };
+        let transport = TransportConfig { listen: args.listen, http_listen: Some(args.http_listen), max_connections: args.max_connections, ..base.transport.clone() };
+        let batcher = BatcherConfig { max_batch: args.max_batch, max_wait: Duration::from_millis(args.max_wait_ms), queue_capacity: args.queue_capacity };
+        let config = GatewayConfig { transport, batcher, ..base };
         let (gw, facts) = match backend(&args).await? {
             BackendChoice::Batcher(b) => {
                 let facts = b.facts();

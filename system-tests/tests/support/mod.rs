@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cloud_gateway::batcher::backend::{Backend, DelayBackend, EmbeddedBackend, EmbeddedOptions};
-use cloud_gateway::config::{CertSource, GatewayConfig};
+use cloud_gateway::config::{CertSource, GatewayConfig, TransportConfig};
 use cloud_gateway::Gateway;
 use edge_node::link::{Link, LinkConfig};
 
@@ -38,12 +38,13 @@ pub fn free_udp_port() -> u16 {
 /// into `dir` (devices pin `dir/cert.pem`).
 pub fn test_config(dir: &Path) -> GatewayConfig {
     let (cert, key) = cert_pair(dir);
-    GatewayConfig {
+    let transport = TransportConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         http_listen: Some("127.0.0.1:0".parse().unwrap()),
         cert: CertSource::Files { cert, key },
-        ..GatewayConfig::default()
-    }
+        ..TransportConfig::default()
+    };
+    GatewayConfig { transport, ..GatewayConfig::default() }
 }
 
 /// Start a gateway in this process with `config`, its embedded backend on `model` (one thread,
