@@ -72,16 +72,12 @@ pub struct BatcherState {
     ended: Vec<SessionKey>,
 }
 
-/// Start the batcher around a backend.
+/// Start the batcher around a backend, with the overload bounds of `overload` (cost cap per
+/// batch, readiness).
 ///
 /// The backend first answers one one-token warm-up request: the first real escalation does
 /// not pay the runtime's lazy initialisation, and devices that connect before any traffic are
 /// told a measured service time instead of none (their first deadlines would be too short).
-pub async fn spawn_batcher(backend: Box<dyn Backend>, config: BatcherConfig) -> anyhow::Result<BatchQueue> {
-    spawn_batcher_with(backend, config, OverloadConfig::default()).await
-}
-
-/// [`spawn_batcher`] with the overload bounds of `overload` (cost cap per batch, readiness).
 pub async fn spawn_batcher_with(backend: Box<dyn Backend>, config: BatcherConfig, overload: OverloadConfig) -> anyhow::Result<BatchQueue> {
     let (backend, warmup_ms, token_ms) = tokio::task::spawn_blocking(move || warm_up(backend)).await?;
     let readiness = ReadinessPolicy { saturated_for: overload.ready_saturated_after, stalled_after: overload.ready_stalled_after };
@@ -325,7 +321,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn ending_a_session_drops_its_queued_work_but_not_others() {
         let config = BatcherConfig { max_batch: 1, max_wait: Duration::ZERO, queue_capacity: 16 };
-        let queue = spawn_batcher(Box::new(SlowEcho(Duration::from_millis(200))), config).await.unwrap();
+        let queue = spawn_batcher_with(Box::new(SlowEcho(Duration::from_millis(200))), config, OverloadConfig::default()).await.unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         let running = queue.try_submit(request(1, 3), deadline, Instant::now()).unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -341,7 +337,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn beyond_capacity_a_submission_is_refused_at_once() {
         let config = BatcherConfig { max_batch: 1, max_wait: Duration::ZERO, queue_capacity: 1 };
-        let queue = spawn_batcher(Box::new(SlowEcho(Duration::from_millis(100))), config).await.unwrap();
+        let queue = spawn_batcher_with(Box::new(SlowEcho(Duration::from_millis(100))), config, OverloadConfig::default()).await.unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         let first = queue.try_submit(request(1, 3), deadline, Instant::now()).unwrap();
         assert!(queue.try_submit(request(2, 3), deadline, Instant::now()).is_err());

@@ -57,11 +57,6 @@ impl BatchQueue {
         }
         Busy { retry_after_ms: refusal.retry_after_ms, reason: refusal.reason }
     }
-
-    /// Sessions with prefill state at the batcher.
-    pub fn tracked_sessions(&self) -> usize {
-        self.ledger.len()
-    }
 }
 
 impl Dispatch for BatchQueue {

@@ -62,12 +62,8 @@ impl SessionLedger {
         self.sessions.remove(session);
     }
 
-    /// Sessions with an entry.
-    pub fn len(&self) -> usize {
-        self.sessions.len()
-    }
-
     /// Whether no session has an entry.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.sessions.is_empty()
     }

@@ -10,13 +10,12 @@
 //! that owns the backend, runs it on a blocking thread and arms the max-wait timer, and
 //! [`handle`] the [`BatchQueue`] connections submit through.
 
-pub mod actor;
-pub mod admission;
+mod actor;
+mod admission;
 pub mod backend;
-pub mod figures;
-pub mod handle;
-pub mod ledger;
-pub mod queue;
+mod figures;
+mod handle;
+mod ledger;
+mod queue;
 
-pub use actor::{spawn_batcher, spawn_batcher_with};
-pub use handle::BatchQueue;
+pub(crate) use actor::spawn_batcher_with;

@@ -250,11 +250,13 @@ impl PendingQueue {
     }
 
     /// The earliest deadline of a waiting escalation (when the oldest expiry is due).
+    #[cfg(test)]
     pub fn earliest_deadline(&self) -> Option<Instant> {
         self.pending.iter().map(|e| e.deadline).min()
     }
 
     /// Estimated prefill tokens of everything waiting.
+    #[cfg(test)]
     pub fn queued_cost(&self) -> usize {
         self.pending.iter().map(|e| e.cost).sum()
     }
@@ -289,6 +291,7 @@ impl PendingQueue {
 
     /// The next batch if one is due now (see [`Self::is_due`]); `None` if none is due or if
     /// every waiting escalation turned out cancelled or expired.
+    #[cfg(test)]
     pub fn next_batch(&mut self, now: Instant) -> Option<Batch> {
         if !self.is_due(now) {
             return None;

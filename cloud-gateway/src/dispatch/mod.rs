@@ -15,7 +15,7 @@
 //! pool's `backend` span with one `engine_request` per HTTP attempt) under the caller's
 //! current span, the connection's `gateway.escalation`.
 
-pub mod contract;
+mod contract;
 mod pending;
 
 use std::sync::Arc;

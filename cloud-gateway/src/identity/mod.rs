@@ -15,12 +15,12 @@
 //! ([`reload`]), and each identity has its own escalation rate limit ([`rate`]).
 
 pub mod ca;
-pub mod cert;
-pub mod rate;
+pub(crate) mod cert;
+pub(crate) mod rate;
 pub mod registry;
-pub mod reload;
+mod reload;
 pub mod revoked;
-pub mod verifier;
+mod verifier;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

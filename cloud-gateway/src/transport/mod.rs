@@ -3,9 +3,9 @@
 //! (`common::exchange::gateway` for the wire rules, the store and the batcher for the work);
 //! this layer moves bytes and enforces the per-connection bounds.
 
-pub mod connection;
-pub mod dev_cert;
-pub mod limits;
-pub mod listener;
-pub mod read;
+pub(crate) mod connection;
+pub(crate) mod dev_cert;
+pub(crate) mod limits;
+pub(crate) mod listener;
+pub(crate) mod read;
 pub mod tls;

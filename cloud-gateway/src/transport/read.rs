@@ -80,6 +80,7 @@ impl OneFrame {
     }
 
     /// The stream ended: its frame, or why there is none.
+    #[cfg(test)]
     pub fn finish(self) -> Result<Frame, CodecError> {
         self.finish_traced().map(|(frame, _)| frame)
     }
