@@ -83,7 +83,7 @@ pub struct CloudArgs {
     /// Shared secret the gateway expects (a gateway without mutual TLS: development).
     #[arg(long, env = "DUET_AUTH_TOKEN", default_value = "", hide_env_values = true)]
     pub auth_token: String,
-    /// This device's certificate (PEM, from `cloud-gateway fleet issue`), for a gateway that
+    /// This device's certificate (PEM, from `cloud-gateway ca issue`), for a gateway that
     /// requires mutual TLS: the gateway knows the device by it.
     #[arg(long, env = "DUET_CLIENT_CERT", requires = "client_key")]
     pub client_cert: Option<std::path::PathBuf>,
@@ -115,7 +115,8 @@ pub struct CloudArgs {
     /// prompt, neutral on CommonsenseQA (BENCHMARKS.md, "Hiding the network").
     #[arg(long, env = "DUET_SPECULATE", default_value_t = 8)]
     pub speculate: usize,
-    /// Highlight cloud tokens: auto (when stdout is a terminal), always, never.
+    /// Highlight cloud tokens: auto (when stdout is a terminal), always, never (`generate`
+    /// only: `serve` prints no tokens and refuses it).
     #[arg(long, env = "DUET_COLOR", default_value = "auto", value_parser = ["auto", "always", "never"])]
     pub color: String,
 }

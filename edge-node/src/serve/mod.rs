@@ -59,8 +59,16 @@ pub enum ModeArg {
     Cloud,
 }
 
+/// Refuse the flags `serve` shares with `generate` but has no use for: `--color` highlights a
+/// terminal's text, and the server writes none (its clients get each token's source instead).
+fn refuse_unused(args: &ServeArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.cloud.color == "auto", "--color (DUET_COLOR) is for `generate`'s terminal output: `serve` prints no tokens (each streamed chunk says its source); drop it");
+    Ok(())
+}
+
 /// Run the server until interrupted.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    refuse_unused(&args)?;
     let (lm, tok) = args.model.load()?;
     let (router, tau, calibration) = build_router_with_calibration(&args.cloud, &lm, &tok)?;
     let default_rate_control = rate_controller(&args.cloud, calibration.as_ref())?;
@@ -93,6 +101,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             link,
             health,
             speculate: args.cloud.speculate,
+            presync: !args.cloud.no_presync,
             rate_mode: args.cloud.rate_control,
             carried: None,
         };
@@ -121,4 +130,24 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .context("HTTP server")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    #[test]
+    fn serve_refuses_color_and_takes_no_presync() {
+        let colored = Cli::parse_from(["serve", "--color", "always"]).serve;
+        assert!(refuse_unused(&colored).unwrap_err().to_string().contains("--color"));
+        let no_presync = Cli::parse_from(["serve", "--no-presync"]).serve;
+        assert!(refuse_unused(&no_presync).is_ok() && no_presync.cloud.no_presync, "passed on to every routed request's link");
+    }
 }

@@ -96,6 +96,9 @@ pub struct Worker {
     pub health: LinkHealth,
     /// How far the SLM may decode ahead of an escalation in flight (`--speculate`).
     pub speculate: usize,
+    /// Whether a routed request's prompt is sent ahead of its first hard token (not
+    /// `--no-presync`).
+    pub presync: bool,
     /// `--rate-control`: under `carry`, what the controller learned goes on from request to
     /// request (for requests at the same target rate).
     pub rate_mode: RateControlMode,
@@ -144,7 +147,7 @@ impl Worker {
             (mode, Some(link)) => {
                 let tau = if mode == Mode::Cloud { 1.0 } else { job.tau };
                 let health = std::mem::replace(&mut self.health, LinkHealth::new(Default::default(), Default::default()));
-                let mut cloud = LinkCloud::new(link, next_session_id(), WireSampling::from(job.sampling), health, true).with_speculation(self.speculate);
+                let mut cloud = LinkCloud::new(link, next_session_id(), WireSampling::from(job.sampling), health, self.presync).with_speculation(self.speculate);
                 let rate_control = if mode == Mode::Cloud { None } else { self.rate_mode.session(job.rate_control, self.carried) };
                 let params = DecodeParams { max_new_tokens: job.max_tokens, tau, rate_control };
                 let r = decode(&mut slm, router, &mut cloud, &job.prompt, params, |e| emitter.on_token(e)).await;
