@@ -1,52 +1,10 @@
 //! The OpenAI API's request and response bodies, as far as a local device server speaks them
 //! (chat and text completions, streaming and not, models), plus Duet's `duet` extension object.
-//! Unknown fields are ignored, as OpenAI-compatible servers do, so ordinary clients work.
+//! How request bodies are read and refused is in `request.rs`.
 
 use serde::{Deserialize, Serialize};
 
 use crate::serve::worker::Mode;
-use model_runtime::chat::Message;
-
-/// `POST /v1/chat/completions`.
-#[derive(Debug, Deserialize)]
-pub struct ChatRequest {
-    /// The conversation so far (`model` is not read: the device serves one model).
-    pub messages: Vec<Message>,
-    #[serde(flatten)]
-    pub common: CommonParams,
-}
-
-/// `POST /v1/completions`.
-#[derive(Debug, Deserialize)]
-pub struct CompletionRequest {
-    /// The text to continue.
-    pub prompt: String,
-    #[serde(flatten)]
-    pub common: CommonParams,
-}
-
-/// Parameters both endpoints take.
-#[derive(Debug, Default, Deserialize)]
-pub struct CommonParams {
-    /// Most tokens to generate (`max_completion_tokens` is the newer name for chat).
-    pub max_tokens: Option<usize>,
-    /// Same as `max_tokens`.
-    pub max_completion_tokens: Option<usize>,
-    /// Sampling temperature (0 = greedy); OpenAI's default is 1.
-    pub temperature: Option<f32>,
-    /// Nucleus mass.
-    pub top_p: Option<f32>,
-    /// Reproducible sampling.
-    pub seed: Option<u64>,
-    /// One stop sequence or several.
-    pub stop: Option<Stop>,
-    /// Stream chunks as server-sent events.
-    #[serde(default)]
-    pub stream: bool,
-    /// Duet's routing controls.
-    #[serde(default)]
-    pub duet: DuetParams,
-}
 
 /// `stop`: a string or a list of strings.
 #[derive(Debug, Deserialize)]
@@ -124,8 +82,8 @@ pub struct ErrorDetail {
     /// `invalid_request_error`, `rate_limit_error`, `server_error`.
     #[serde(rename = "type")]
     pub kind: &'static str,
-    /// The offending parameter, if one.
-    pub param: Option<&'static str>,
+    /// The offending parameter, if one (`messages[2].content[0].type` for a nested one).
+    pub param: Option<String>,
     /// A machine-readable code, if any.
     pub code: Option<&'static str>,
 }

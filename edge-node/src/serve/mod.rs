@@ -9,7 +9,13 @@
 //! order through a bounded queue ([`worker`]); beyond it a request gets 429.
 
 mod api;
+mod error;
+mod handlers;
 mod http;
+mod logprobs;
+mod messages;
+mod request;
+mod respond;
 mod stop;
 mod worker;
 

@@ -19,6 +19,7 @@ use model_runtime::{CausalLm, KvCache};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+use super::logprobs::{self, TokenLogprob};
 use super::stop::{Released, StopMatcher};
 use edge_node::args::RateControlMode;
 use edge_node::decode::{decode, DecodeParams, DecodeStats, Emitted, FinishReason, NoCloud, OnnxSlm, RateControl, TokenSource};
@@ -55,8 +56,28 @@ pub struct Job {
     /// A fresh controller for the rate the request asked for (the worker may carry its own
     /// instead), or none for a fixed tau.
     pub rate_control: Option<RateControl>,
+    /// Logprobs to compute after the answer, if asked.
+    pub scoring: Option<Scoring>,
     /// Where the job's events go; closed = the client left.
     pub events: mpsc::UnboundedSender<Event>,
+}
+
+/// Which logprobs a job returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scoring {
+    /// Alternatives per position.
+    pub top: usize,
+    /// Score the prompt too (from its second token).
+    pub echo: bool,
+}
+
+/// The logprobs of one job: the SLM's view of each position.
+#[derive(Debug, Default)]
+pub struct Scored {
+    /// Prompt positions 1.. (with `echo`).
+    pub prompt: Vec<TokenLogprob>,
+    /// The answer's tokens, up to the one that completed a stop sequence.
+    pub answer: Vec<TokenLogprob>,
 }
 
 /// What a job produces, in order: text pieces, then one end.
@@ -75,6 +96,8 @@ pub enum Event {
         finish_reason: &'static str,
         /// Its figures.
         stats: Box<DecodeStats>,
+        /// Logprobs, when the job asked.
+        scored: Option<Box<Scored>>,
     },
     /// The generation failed.
     Failed(String),
@@ -130,6 +153,7 @@ impl Worker {
             stop_tokens,
             client_gone: false,
             stopped: false,
+            ids: Vec::new(),
         };
         let mut slm = match OnnxSlm::new(&mut self.lm, &mut self.cache, job.sampling) {
             Ok(s) => s,
@@ -177,7 +201,29 @@ impl Worker {
         if !emitter.stopped {
             emitter.flush();
         }
-        let _ = events.send(Event::Done { finish_reason, stats: Box::new(stats) });
+        let ids = std::mem::take(&mut emitter.ids);
+        drop(emitter);
+        let scored = match job.scoring {
+            None => None,
+            Some(scoring) => match self.score(&job.prompt, &ids, scoring) {
+                Ok(s) => Some(Box::new(s)),
+                Err(e) => {
+                    let _ = events.send(Event::Failed(format!("computing logprobs: {e}")));
+                    return;
+                }
+            },
+        };
+        let _ = events.send(Event::Done { finish_reason, stats: Box::new(stats), scored });
+    }
+
+    /// The SLM's logprobs for the answer (and the prompt, with echo), after the generation.
+    fn score(&mut self, prompt: &[u32], answer: &[u32], scoring: Scoring) -> Result<Scored, model_runtime::RuntimeError> {
+        let tokens: Vec<u32> = prompt.iter().chain(answer).copied().collect();
+        let from = if scoring.echo { 1 } else { prompt.len() };
+        let (lm, cache, tok) = (&mut self.lm, &mut self.cache, &*self.tok);
+        let mut all = tokio::task::block_in_place(|| logprobs::score(lm, cache, &tokens, from, scoring.top, tok))?;
+        let answer = all.split_off(prompt.len().saturating_sub(from.max(1)).min(all.len()));
+        Ok(Scored { prompt: if scoring.echo { all } else { Vec::new() }, answer })
     }
 }
 
@@ -190,6 +236,8 @@ struct Emitter<'a> {
     stop_tokens: Vec<u32>,
     client_gone: bool,
     stopped: bool,
+    /// The answer's token ids so far (stop tokens left out), for logprobs.
+    ids: Vec<u32>,
 }
 
 impl Emitter<'_> {
@@ -197,6 +245,7 @@ impl Emitter<'_> {
         if self.stop_tokens.contains(&e.token) {
             return ControlFlow::Continue(());
         }
+        self.ids.push(e.token);
         let piece = match self.decoder.push(self.tok, e.token) {
             Ok(Some(p)) => p,
             Ok(None) => return ControlFlow::Continue(()),
