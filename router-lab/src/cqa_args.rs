@@ -1,14 +1,17 @@
 //! Options shared by the offline CommonsenseQA commands (labels, evaluation): which SLM and
-//! LLM to load, and which dataset file to read.
-
+//! LLM to load (the LLM in-process, or the one an engine serves), and which dataset file to
+//! read.
 
 use anyhow::bail;
 use clap::Args;
+use cloud_gateway::engine::EngineSpec;
 use model_runtime::model_files::{ModelFiles, DEFAULT_LLM, DEFAULT_SLM};
 use model_runtime::tokenizer::Tokenizer;
 use model_runtime::{CausalLm, LmOptions};
 
 use crate::cqa::{read_items, Item};
+use crate::engine_llm::EngineLlm;
+use crate::teacher::Llm;
 
 /// The SLM/LLM pair.
 #[derive(Debug, Clone, Args)]
@@ -22,12 +25,17 @@ pub struct PairArgs {
     /// ONNX Runtime intra-op threads per model (0 = one per core).
     #[arg(long, env = "DUET_THREADS", default_value_t = 0)]
     pub threads: usize,
+    /// Use the LLM an engine serves instead of the in-process --llm: KIND=URL with KIND one of
+    /// sglang, vllm, llamacpp (e.g. llamacpp=http://127.0.0.1:8080). It must serve the SLM's
+    /// vocabulary (checked at start, as the gateway checks its engines).
+    #[arg(long, env = "DUET_LLM_ENGINE")]
+    pub llm_engine: Option<EngineSpec>,
 }
 
 /// Both models, loaded; they must share one tokenizer (token ids are the routing currency).
 pub struct Pair {
     pub slm: CausalLm,
-    pub llm: CausalLm,
+    pub llm: Llm,
     pub tok: Tokenizer,
 }
 
@@ -36,6 +44,11 @@ impl PairArgs {
     pub fn load(&self, max_context: usize) -> anyhow::Result<Pair> {
         let opts = LmOptions { threads: self.threads, max_context };
         let slm_files = ModelFiles::locate(&self.slm)?;
+        if let Some(spec) = &self.llm_engine {
+            let llm = Llm::Engine(EngineLlm::connect(spec, &slm_files.tokenizer)?);
+            let tok = Tokenizer::load(&slm_files.tokenizer, Some(&slm_files.manifest.tokenizer_fingerprint))?;
+            return Ok(Pair { slm: CausalLm::load(slm_files, &opts)?, llm, tok });
+        }
         let llm_files = ModelFiles::locate(&self.llm)?;
         if slm_files.manifest.tokenizer_fingerprint != llm_files.manifest.tokenizer_fingerprint {
             bail!(
@@ -47,7 +60,7 @@ impl PairArgs {
             );
         }
         let tok = Tokenizer::load(&slm_files.tokenizer, Some(&slm_files.manifest.tokenizer_fingerprint))?;
-        Ok(Pair { slm: CausalLm::load(slm_files, &opts)?, llm: CausalLm::load(llm_files, &opts)?, tok })
+        Ok(Pair { slm: CausalLm::load(slm_files, &opts)?, llm: Llm::InProcess(CausalLm::load(llm_files, &opts)?), tok })
     }
 }
 

@@ -1,6 +1,7 @@
 //! In-process routed generation for the evaluation: every policy and operating point is run
 //! on one item through the device's own decode loop ([`edge_node::decode::decode`]), with an
-//! in-process LLM as the cloud, and both models' results memoised by context.
+//! in-process LLM as the cloud (or, with `--llm-engine`, the LLM an engine serves:
+//! [`EngineCloud`]), and both models' results memoised by context.
 //!
 //! Models are deterministic (greedy), so the SLM's proposal and the LLM's token for a given
 //! context are computed once and shared by every run that reaches that context; a cache moves
@@ -21,6 +22,9 @@ use model_runtime::tokenizer::Tokenizer;
 use model_runtime::{CausalLm, KvCache, RuntimeError, StepOutput};
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
+
+use crate::engine_llm::EngineCloud;
+use crate::teacher::Llm;
 
 /// A routing policy at one operating point.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -184,10 +188,43 @@ impl Cloud for InProcessLlm<'_> {
     }
 }
 
+/// The evaluation's cloud: the LLM in-process, or served by an engine.
+enum EvalCloud<'a> {
+    InProcess(InProcessLlm<'a>),
+    Engine(EngineCloud<'a>),
+}
+
+impl EvalCloud<'_> {
+    /// Start a new item: forget the memo.
+    fn clear(&mut self) {
+        match self {
+            EvalCloud::InProcess(c) => c.memo.clear(),
+            EvalCloud::Engine(c) => c.clear(),
+        }
+    }
+
+    /// The error that made an escalation fall back, if any (taken).
+    fn take_error(&mut self) -> Option<anyhow::Error> {
+        match self {
+            EvalCloud::InProcess(c) => c.error.take().map(Into::into),
+            EvalCloud::Engine(c) => c.take_error().map(Into::into),
+        }
+    }
+}
+
+impl Cloud for EvalCloud<'_> {
+    async fn escalate(&mut self, context: &[u32]) -> CloudAnswer {
+        match self {
+            EvalCloud::InProcess(c) => c.escalate(context).await,
+            EvalCloud::Engine(c) => c.escalate(context).await,
+        }
+    }
+}
+
 /// Both models, their caches and the memo for the item in progress.
 pub struct ItemEvaluator<'a> {
     slm: MemoSlm<'a>,
-    llm: InProcessLlm<'a>,
+    llm: EvalCloud<'a>,
     tok: &'a Tokenizer,
     router: Option<MlpRouterModel>,
     max_new_tokens: usize,
@@ -202,20 +239,19 @@ pub struct ItemEvaluator<'a> {
 
 impl<'a> ItemEvaluator<'a> {
     /// Caches are sized for the longest prompt plus `max_new_tokens`.
-    pub fn new(
-        slm: &'a mut CausalLm,
-        llm: &'a mut CausalLm,
-        tok: &'a Tokenizer,
-        router: Option<MlpRouterModel>,
-        capacity: usize,
-        max_new_tokens: usize,
-    ) -> anyhow::Result<Self> {
+    pub fn new(slm: &'a mut CausalLm, llm: &'a mut Llm, tok: &'a Tokenizer, router: Option<MlpRouterModel>, capacity: usize, max_new_tokens: usize) -> anyhow::Result<Self> {
         let stop = slm.stop_tokens().to_vec();
         let slm_cache = slm.new_cache(Some(capacity))?;
-        let llm_cache = llm.new_cache(Some(capacity))?;
+        let llm = match llm {
+            Llm::InProcess(lm) => {
+                let cache = lm.new_cache(Some(capacity))?;
+                EvalCloud::InProcess(InProcessLlm { lm, cache, step: StepOutput::default(), memo: HashMap::new(), computed: 0, error: None })
+            }
+            Llm::Engine(engine) => EvalCloud::Engine(EngineCloud::new(engine)),
+        };
         Ok(Self {
             slm: MemoSlm { lm: slm, cache: slm_cache, step: StepOutput::default(), memo: HashMap::new(), context: Vec::new(), stop, computed: 0 },
-            llm: InProcessLlm { lm: llm, cache: llm_cache, step: StepOutput::default(), memo: HashMap::new(), computed: 0, error: None },
+            llm,
             tok,
             router,
             max_new_tokens,
@@ -238,9 +274,12 @@ impl<'a> ItemEvaluator<'a> {
         self.slm.computed
     }
 
-    /// LLM tokens prefilled or decoded so far.
-    pub fn llm_tokens_computed(&self) -> usize {
-        self.llm.computed
+    /// The LLM's work so far: tokens prefilled or decoded in-process, or engine requests.
+    pub fn llm_work(&self) -> String {
+        match &self.llm {
+            EvalCloud::InProcess(c) => format!("LLM tokens computed {}", c.computed),
+            EvalCloud::Engine(c) => format!("LLM engine requests {}", c.requests()),
+        }
     }
 
     /// Start a new item.
@@ -250,13 +289,14 @@ impl<'a> ItemEvaluator<'a> {
         }
         self.prompt = prompt;
         self.slm.memo.clear();
-        self.llm.memo.clear();
+        self.llm.clear();
         Ok(())
     }
 
-    /// Run one policy on the current item; `seed` drives the random policy. Returns the
+    /// Run one policy on the current item; `seed` drives the random policy, and generation
+    /// stops once `done(text)` (the task's stop rule, e.g. [`answer_line_done`]). Returns the
     /// generated tokens and how many were escalated.
-    pub fn run(&mut self, spec: &RunSpec, seed: u64) -> anyhow::Result<(Vec<u32>, usize)> {
+    pub fn run_until(&mut self, spec: &RunSpec, seed: u64, done: &dyn Fn(&str) -> bool) -> anyhow::Result<(Vec<u32>, usize)> {
         let (mut router, tau): (Box<dyn Router>, f32) = match spec {
             RunSpec::SlmOnly => (Box::new(ConfidenceRouter), 0.0),
             RunSpec::LlmOnly => (Box::new(ConfidenceRouter), 1.0),
@@ -281,7 +321,7 @@ impl<'a> ItemEvaluator<'a> {
         let stats = self.rt.block_on(decode(&mut self.slm, router.as_mut(), &mut self.llm, &self.prompt, params, |e| {
             generated.push(e.token);
             match tok.decode(&generated) {
-                Ok(text) if answer_line_done(&text) => ControlFlow::Break(()),
+                Ok(text) if done(&text) => ControlFlow::Break(()),
                 Ok(_) => ControlFlow::Continue(()),
                 Err(err) => {
                     text_error = Some(err);
@@ -289,8 +329,8 @@ impl<'a> ItemEvaluator<'a> {
                 }
             }
         }))?;
-        if let Some(e) = self.llm.error.take() {
-            return Err(e.into());
+        if let Some(e) = self.llm.take_error() {
+            return Err(e);
         }
         if let Some(e) = text_error {
             return Err(e.into());

@@ -2,14 +2,20 @@
 //! with both models, trains the router MLP and calibrates it, and evaluates routing policies on
 //! CommonsenseQA, in-process or against a real gateway. Every generation it runs goes through
 //! the device's own decode loop (`edge_node::decode`), so what it measures is what serves users.
+//! The LLM is the in-process ONNX one or, with `--llm-engine`, the one an engine serves
+//! (`teacher`, `engine_llm`).
 
+mod compare_cmd;
 mod cqa;
 mod cqa_args;
+mod engine_llm;
 mod eval_cmd;
 mod eval_item;
 mod eval_report;
 mod labels_cmd;
 mod labels_file;
+mod tasks;
+mod teacher;
 mod train_cmd;
 
 use clap::{Parser, Subcommand};
@@ -32,8 +38,13 @@ enum Command {
     Labels(Box<labels_cmd::LabelsArgs>),
     /// Train the router MLP on labels files and calibrate tau to escalation rates.
     Train(Box<train_cmd::TrainArgs>),
-    /// Evaluate routing policies on CommonsenseQA: accuracy vs share of tokens escalated.
+    /// Evaluate routing policies on a task (CommonsenseQA by default; `--task humaneval`,
+    /// `bigbench:NAME`): accuracy vs share of tokens escalated.
+    #[command(alias = "eval")]
     EvalCqa(Box<eval_cmd::EvalArgs>),
+    /// Compare the teacher-forced choices of the in-process LLM and an engine serving the same
+    /// LLM: share of positions that agree, and the log-probability margins where they differ.
+    CompareTeachers(Box<compare_cmd::CompareArgs>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -43,5 +54,6 @@ fn main() -> anyhow::Result<()> {
         Command::Labels(args) => labels_cmd::run(*args),
         Command::Train(args) => train_cmd::run(*args),
         Command::EvalCqa(args) => eval_cmd::run(*args),
+        Command::CompareTeachers(args) => compare_cmd::run(*args),
     }
 }

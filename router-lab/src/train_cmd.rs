@@ -62,9 +62,15 @@ pub struct TrainArgs {
     /// positions instead.
     #[arg(long, env = "DUET_CALIBRATION_ITEMS", default_value_t = 200)]
     pub calibration_items: usize,
-    /// Prompts for on-policy calibration.
+    /// Prompts for on-policy calibration (CommonsenseQA).
     #[arg(long, env = "DUET_CALIBRATION_DATA", default_value = "deploy/data/commonsense_qa/train_router.jsonl")]
     pub calibration_data: PathBuf,
+    /// Tasks whose prompts calibrate tau, `--calibration-items` shared equally among them, the
+    /// last items of each not used for labels (`cqa` = `--calibration-data`); training tasks
+    /// only (see `router-lab labels --task`). A router for mixed traffic is calibrated on the
+    /// mix, so that a rate means the same share on each.
+    #[arg(long, env = "DUET_CALIBRATION_TASKS", value_delimiter = ',', default_value = "cqa")]
+    pub calibration_tasks: Vec<crate::tasks::TaskSpec>,
     /// Seed for initialisation and shuffling.
     #[arg(long, env = "DUET_SEED", default_value_t = 7)]
     pub seed: u64,
@@ -379,8 +385,10 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     // Calibrate with the model exactly as the edge runs it.
     let (confidences, top_probs, source) = if args.calibration_items > 0 {
         let labelled: std::collections::HashSet<&str> = items.iter().map(|(_, i)| i.id.as_str()).collect();
-        let (c, t, items) = on_policy_scores(&h.slm_id, &args.calibration_data, args.calibration_items, &labelled, &mut model)?;
-        (c, t, format!("SLM greedy answers to {items} training prompts not used for labels ({})", args.calibration_data.display()))
+        let chosen = calibration_prompts(&args, &labelled)?;
+        let (c, t) = on_policy_scores(&h.slm_id, &chosen, &mut model)?;
+        let names: Vec<String> = args.calibration_tasks.iter().map(|t| t.name()).collect();
+        (c, t, format!("SLM greedy answers to {} training prompts not used for labels ({}; {})", chosen.len(), names.join(", "), args.calibration_data.display()))
     } else {
         let c = all.x.chunks_exact(width).map(|f| model.confidence(&f[..width - 2], f[width - 2], f[width - 1])).collect();
         (c, all.top_prob.clone(), "teacher-forced held-out positions".to_string())
@@ -422,20 +430,28 @@ fn probe_meta(h: &crate::labels_file::LabelsHeader, width: usize, hidden: usize)
 /// Router confidences and top probabilities at every position of the SLM's own greedy
 /// answers (same prompt format and stop rule as the evaluation) to up to `n` prompts taken
 /// from the end of `data`, skipping labelled ones.
-fn on_policy_scores(
-    slm_id: &str,
-    data: &std::path::Path,
-    n: usize,
-    skip: &std::collections::HashSet<&str>,
-    model: &mut MlpRouterModel,
-) -> anyhow::Result<(Vec<f32>, Vec<f32>, usize)> {
+/// The calibration prompts: `--calibration-items` shared equally among `--calibration-tasks`,
+/// each task's last items first, none whose positions were labelled.
+fn calibration_prompts(args: &TrainArgs, skip: &std::collections::HashSet<&str>) -> anyhow::Result<Vec<crate::tasks::TaskItem>> {
+    let roots = crate::tasks::default_roots(&model_runtime::model_files::duet_home(), args.calibration_data.clone());
+    let per_task = args.calibration_items.div_ceil(args.calibration_tasks.len().max(1));
+    let mut chosen = Vec::new();
+    for task in &args.calibration_tasks {
+        crate::tasks::trainable(task)?;
+        let items = crate::tasks::load(task, &roots, None)?;
+        chosen.extend(items.into_iter().rev().filter(|i| !skip.contains(i.id.as_str())).take(per_task));
+    }
+    Ok(chosen)
+}
+
+/// The trained router's confidence and the SLM's top probability at every position of the
+/// SLM's own greedy answers to `chosen` (each to its task's stop rule).
+fn on_policy_scores(slm_id: &str, chosen: &[crate::tasks::TaskItem], model: &mut MlpRouterModel) -> anyhow::Result<(Vec<f32>, Vec<f32>)> {
     use edge_node::decode::{decode, DecodeParams, NoCloud, OnnxSlm};
     use model_runtime::{CausalLm, LmOptions};
     let files = model_runtime::model_files::ModelFiles::locate(slm_id)?;
     let tok = model_runtime::tokenizer::Tokenizer::load(&files.tokenizer, Some(&files.manifest.tokenizer_fingerprint))?;
     let mut lm = CausalLm::load(files, &LmOptions { threads: 0, max_context: 1024 })?;
-    let items = crate::cqa_args::read_dataset(data, None)?;
-    let chosen: Vec<_> = items.iter().rev().filter(|i| !skip.contains(i.id.as_str())).take(n).collect();
     let mut cache = lm.new_cache(Some(1024))?;
     let mut slm = OnnxSlm::new(&mut lm, &mut cache, common::sampling::SamplingParams::default())?;
     let rt = tokio::runtime::Builder::new_current_thread().build()?;
@@ -443,10 +459,10 @@ fn on_policy_scores(
     let bar = crate::cqa_args::progress(chosen.len() as u64, "calibrate");
     // The SLM's own greedy answers through the device's decode loop (no cloud): the router
     // and the confidence baseline are scored at every position the device would score.
-    let params = DecodeParams { max_new_tokens: 96, tau: 0.0, rate_control: None };
-    for item in &chosen {
-        let text = item.prompt.clone().unwrap_or_else(|| crate::cqa::prompt_for(&item.question, &item.choices));
-        let prompt = tok.encode(&model_runtime::chat::render_user(&text))?;
+    for item in chosen {
+        let code = matches!(item.scoring, crate::tasks::Scoring::Untested | crate::tasks::Scoring::Code(_));
+        let params = DecodeParams { max_new_tokens: if code { 256 } else { 96 }, tau: 0.0, rate_control: None };
+        let prompt = tok.encode(&model_runtime::chat::render_user(&item.user))?;
         let mut generated = Vec::new();
         rt.block_on(decode(&mut slm, &mut edge_node::router::ConfidenceRouter, &mut NoCloud, &prompt, params, |e| {
             if let Some(p) = e.proposal {
@@ -455,14 +471,14 @@ fn on_policy_scores(
             }
             generated.push(e.token);
             match tok.decode(&generated) {
-                Ok(text) if crate::eval_item::answer_line_done(&text) => std::ops::ControlFlow::Break(()),
+                Ok(text) if item.done(&text) => std::ops::ControlFlow::Break(()),
                 _ => std::ops::ControlFlow::Continue(()),
             }
         }))?;
         bar.inc(1);
     }
     bar.finish();
-    Ok((conf, top, chosen.len()))
+    Ok((conf, top))
 }
 
 #[cfg(test)]

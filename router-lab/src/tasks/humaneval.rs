@@ -60,6 +60,21 @@ pub fn read(path: &Path, limit: Option<usize>) -> anyhow::Result<Vec<Problem>> {
     Ok(out)
 }
 
+/// Read code prompts of the same shape that are not HumanEval problems (the standard-library
+/// training prompts): every line, at most `limit`; a HumanEval id among them is refused.
+pub fn read_prompts(path: &Path, limit: Option<usize>) -> anyhow::Result<Vec<Problem>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {} (run deploy/eval/tasks/setup)", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()).take(limit.unwrap_or(usize::MAX)) {
+        let p: Problem = serde_json::from_str(line).with_context(|| format!("{}:{}", path.display(), i + 1))?;
+        if p.task_id.starts_with("HumanEval/") {
+            bail!("{}:{}: {} is a HumanEval problem, not a training prompt", path.display(), i + 1, p.task_id);
+        }
+        out.push(p);
+    }
+    Ok(out)
+}
+
 /// The user message for `problem`.
 pub fn prompt(problem: &Problem) -> String {
     format!(

@@ -26,6 +26,9 @@ pub enum TaskSpec {
     HumanEval,
     /// A BIG-bench JSON task by name (subtask paths allowed).
     BigBench(String),
+    /// Code prompts from the Python standard library's documented functions, for training
+    /// only: they have no tests, so their labels come from the LLM's choices alone.
+    StdlibCode,
 }
 
 impl FromStr for TaskSpec {
@@ -34,12 +37,13 @@ impl FromStr for TaskSpec {
         match s {
             "cqa" | "commonsense_qa" => Ok(Self::Cqa),
             "humaneval" => Ok(Self::HumanEval),
+            "code:stdlib" => Ok(Self::StdlibCode),
             _ => match s.strip_prefix("bigbench:") {
                 Some(name) if !name.is_empty() => {
                     heldout::bigbench_allowed(name).map_err(|e| e.to_string())?;
                     Ok(Self::BigBench(name.to_string()))
                 }
-                _ => Err(format!("unknown task `{s}` (expected cqa, humaneval or bigbench:NAME)")),
+                _ => Err(format!("unknown task `{s}` (expected cqa, humaneval, bigbench:NAME or code:stdlib)")),
             },
         }
     }
@@ -52,7 +56,13 @@ impl TaskSpec {
             Self::Cqa => "commonsense_qa".into(),
             Self::HumanEval => "humaneval".into(),
             Self::BigBench(n) => format!("bigbench-{}", n.replace('/', "-")),
+            Self::StdlibCode => "code-stdlib".into(),
         }
+    }
+
+    /// Whether its answers can be judged (every task but the training-only code prompts).
+    pub fn is_scored(&self) -> bool {
+        *self != Self::StdlibCode
     }
 }
 
@@ -70,6 +80,8 @@ pub enum Scoring {
     Exact(Vec<String>),
     /// A program, executed against the problem's tests.
     Code(humaneval::Problem),
+    /// A program with no tests (training prompts): never judged.
+    Untested,
 }
 
 /// One item of any task.
@@ -87,7 +99,7 @@ impl TaskItem {
     /// Whether generation can stop after `text`.
     pub fn done(&self, text: &str) -> bool {
         match &self.scoring {
-            Scoring::Code(_) => humaneval::done(text),
+            Scoring::Code(_) | Scoring::Untested => humaneval::done(text),
             _ => answer_line_done(text),
         }
     }
@@ -98,6 +110,7 @@ impl TaskItem {
             Scoring::Choice { key, .. } => key.clone(),
             Scoring::Exact(t) => t.join(" | "),
             Scoring::Code(p) => p.task_id.clone(),
+            Scoring::Untested => String::new(),
         }
     }
 
@@ -115,7 +128,32 @@ impl TaskItem {
                 let ok = a.as_deref().is_some_and(|a| bigbench::exact_correct(a, targets));
                 Some((a, ok))
             }
-            Scoring::Code(_) => None,
+            Scoring::Code(_) | Scoring::Untested => None,
+        }
+    }
+}
+
+/// The BIG-bench tasks and what each is for (`deploy/eval/tasks/bigbench-tasks.txt`).
+const BIGBENCH_USES: &str = include_str!("../../../deploy/eval/tasks/bigbench-tasks.txt");
+
+/// `Ok` if the router may be trained on `task`: CommonsenseQA's training file, the code
+/// prompts, and the BIG-bench tasks listed for training; never HumanEval (its 0-81 are the
+/// code evaluation) or a BIG-bench task listed for evaluation.
+pub fn trainable(task: &TaskSpec) -> anyhow::Result<()> {
+    match task {
+        TaskSpec::Cqa | TaskSpec::StdlibCode => Ok(()),
+        TaskSpec::HumanEval => anyhow::bail!("HumanEval is an evaluation task here (problems 0-81; 82-163 are kept back): the router's code training uses code:stdlib"),
+        TaskSpec::BigBench(name) => {
+            let used = BIGBENCH_USES.lines().filter_map(|l| {
+                let mut w = l.split_whitespace();
+                let t = w.next().filter(|t| !t.starts_with('#'))?;
+                Some((t, w.next().unwrap_or("")))
+            });
+            match used.into_iter().find(|(t, _)| t == name) {
+                Some((_, "train")) => Ok(()),
+                Some((_, u)) => anyhow::bail!("BIG-bench task `{name}` is listed for {u} (deploy/eval/tasks/bigbench-tasks.txt), not training"),
+                None => anyhow::bail!("BIG-bench task `{name}` is not in deploy/eval/tasks/bigbench-tasks.txt"),
+            }
         }
     }
 }
@@ -129,6 +167,8 @@ pub struct DataRoots {
     pub humaneval: PathBuf,
     /// The directory of extracted BIG-bench tasks.
     pub bigbench: PathBuf,
+    /// The standard-library code prompts (`code_prompts.py`).
+    pub stdlib_code: PathBuf,
 }
 
 /// Read `spec`'s items (at most `limit`).
@@ -153,13 +193,22 @@ pub fn load(spec: &TaskSpec, roots: &DataRoots, limit: Option<usize>) -> anyhow:
                 }
             })
             .collect(),
+        TaskSpec::StdlibCode => humaneval::read_prompts(&roots.stdlib_code, limit)?
+            .into_iter()
+            .map(|p| TaskItem { id: p.task_id.clone(), user: humaneval::prompt(&p), scoring: Scoring::Untested })
+            .collect(),
     })
 }
 
 /// The data roots under `duet_home` (as `deploy/eval/tasks/setup` lays them out), with the
 /// CommonsenseQA file given.
 pub fn default_roots(duet_home: &Path, cqa: PathBuf) -> DataRoots {
-    DataRoots { cqa, humaneval: duet_home.join("data/humaneval/HumanEval.jsonl"), bigbench: duet_home.join("data/bigbench") }
+    DataRoots {
+        cqa,
+        humaneval: duet_home.join("data/humaneval/HumanEval.jsonl"),
+        bigbench: duet_home.join("data/bigbench"),
+        stdlib_code: duet_home.join("data/code/stdlib.jsonl"),
+    }
 }
 
 #[cfg(test)]
@@ -174,6 +223,18 @@ mod tests {
         assert!("bigbench:strategyqa".parse::<TaskSpec>().is_err());
         assert!("mbpp".parse::<TaskSpec>().is_err());
         assert_eq!(TaskSpec::BigBench("logical_deduction/three_objects".into()).name(), "bigbench-logical_deduction-three_objects");
+    }
+
+    #[test]
+    fn only_training_tasks_can_be_trained_on() {
+        assert!(trainable(&TaskSpec::Cqa).is_ok());
+        assert!(trainable(&TaskSpec::StdlibCode).is_ok());
+        assert!(trainable(&TaskSpec::BigBench("navigate".into())).is_ok());
+        assert!(trainable(&TaskSpec::BigBench("logical_deduction/three_objects".into())).is_ok());
+        let eval = trainable(&TaskSpec::BigBench("date_understanding".into())).unwrap_err();
+        assert!(eval.to_string().contains("listed for eval"), "{eval}");
+        assert!(trainable(&TaskSpec::HumanEval).is_err());
+        assert!(trainable(&TaskSpec::BigBench("unlisted".into())).is_err());
     }
 
     #[test]

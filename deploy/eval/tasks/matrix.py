@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""The task matrix of EVALUATION.md from `deploy/eval/mixed`'s results (standard library only).
+
+For each task, joins the run with the CommonsenseQA-only router (and every baseline) and the
+run with the mixed router by item id, renames their router runs `cqa-router@R` and
+`mixed-router@R`, and prints accuracy, share of tokens escalated and gap recovered with its
+paired bootstrap 95 % interval (items resampled, all runs kept together).
+
+    deploy/eval/tasks/matrix.py $DUET_HOME/eval/mixed cqa humaneval bigbench:date_understanding
+"""
+import json
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from table import gap_interval, load, summarise  # noqa: E402
+
+
+def joined(out, task):
+    name = task.replace(":", "-").replace("/", "-")
+    base = {i["id"]: i for i in load(os.path.join(out, f"{name}-cqa-router", "items.jsonl"))} if os.path.exists(os.path.join(out, f"{name}-cqa-router", "items.jsonl")) else {}
+    mixed_path = os.path.join(out, f"{name}-mixed-router", "items.jsonl")
+    mixed = {i["id"]: i for i in load(mixed_path)} if os.path.exists(mixed_path) else {}
+    items = []
+    for id_, item in base.items():
+        runs = []
+        for r in item["runs"]:
+            if r["run"].startswith("router@"):
+                r = dict(r, run="cqa-router@" + r["run"].split("@", 1)[1])
+            runs.append(r)
+        for r in mixed.get(id_, {}).get("runs", []):
+            if r["run"].startswith("router@"):
+                runs.append(dict(r, run="mixed-router@" + r["run"].split("@", 1)[1]))
+        items.append({"id": id_, "runs": runs})
+    return items
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    out, tasks = sys.argv[1], sys.argv[2:]
+    print("| task | items | run | accuracy | tokens escalated | gap recovered (95 % interval) |")
+    print("|---|---|---|---|---|---|")
+    for task in tasks:
+        items = joined(out, task)
+        if not items:
+            print(f"| {task} | 0 | (no results) | | | |")
+            continue
+        runs = summarise(items)
+        for name in sorted(runs, key=lambda k: runs[k]["share"]):
+            s = runs[name]
+            gap = "-"
+            if not math.isnan(s["gap"]) and name not in ("slm-only", "llm-only"):
+                lo, hi = gap_interval(items, name)
+                gap = f"{100 * s['gap']:.0f} % ({100 * lo:.0f} to {100 * hi:.0f} %)"
+            print(f"| {task} | {s['items']} | {name} | {100 * s['accuracy']:.1f} % | {100 * s['share']:.1f} % | {gap} |")
+
+
+if __name__ == "__main__":
+    main()
