@@ -7,6 +7,11 @@
 //! extension object (`{"mode": "local" | "routed" | "cloud", "escalation_rate": r}` or
 //! `"tau": t`), with the server's flags as defaults. Requests share the one SLM in arrival
 //! order through a bounded queue ([`worker`]); beyond it a request gets 429.
+//!
+//! Bodies are read field by field ([`request`], [`messages`]) so that what clients send is
+//! accepted (content parts, `developer`, tool history, prompt lists, `n`, logprobs) and what the
+//! server cannot do is refused with an OpenAI error naming the parameter ([`error`]); README's
+//! compatibility table lists both.
 
 mod api;
 mod error;
