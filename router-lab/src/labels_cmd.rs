@@ -24,9 +24,9 @@ use model_runtime::model_files::duet_home;
 use model_runtime::tokenizer::Tokenizer;
 use model_runtime::{CausalLm, KvCache, StepOutput};
 
-use crate::cqa::{extract_answer, prompt_for, Item};
+use crate::cqa::{prompt_for, Item};
 use crate::cqa_args::{progress, read_dataset, Pair, PairArgs};
-use crate::eval_item::answer_line_done;
+use crate::tasks::{self, Scoring, TaskItem, TaskSpec};
 use crate::labels_file::{LabelledItem, LabelledPosition, LabelsHeader, LabelsWriter, LABELS_FORMAT};
 use crate::teacher::Teacher;
 
@@ -55,6 +55,12 @@ pub struct LabelsArgs {
     /// CITER). Default file: $DUET_HOME/router/labels-onpolicy-<slm>.bin.
     #[arg(long, env = "DUET_ON_POLICY")]
     pub on_policy: bool,
+    /// On-policy labels for another task's prompts instead of `--data`: `bigbench:NAME` (a task
+    /// listed for training in deploy/eval/tasks/bigbench-tasks.txt) or `code:stdlib` (code
+    /// prompts without tests: there the label is 0 wherever the LLM's token differs from the
+    /// SLM's, the LLM taken as right). Evaluation tasks are refused.
+    #[arg(long, env = "DUET_LABEL_TASK", requires = "on_policy")]
+    pub task: Option<TaskSpec>,
     /// Items per lockstep batch.
     #[arg(long, env = "DUET_BATCH", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub batch: u16,
@@ -75,18 +81,14 @@ struct Row {
 
 /// Run it.
 pub fn run(args: LabelsArgs) -> anyhow::Result<()> {
+    if let Some(task) = &args.task {
+        return run_task(&args, task);
+    }
     let items = read_dataset(&args.data, None)?;
     let mut pair = args.pair.load(4096)?;
     let slm_id = pair.slm.manifest().id.clone();
     let out = args.out.clone().unwrap_or_else(|| if args.on_policy { default_on_policy_path(&slm_id) } else { default_labels_path(&slm_id) });
-    let header = LabelsHeader {
-        format: LABELS_FORMAT,
-        slm_id: slm_id.clone(),
-        llm_id: pair.llm.id().to_string(),
-        tokenizer_fingerprint: pair.tok.fingerprint().to_string(),
-        feature_spec: FEATURE_SPEC.to_string(),
-        hidden_size: pair.slm.manifest().hidden_size,
-    };
+    let header = labels_header(&pair);
     let (mut writer, done) = LabelsWriter::open(&out, &header)?;
     let done: std::collections::HashSet<String> = done.into_iter().collect();
     let usable: Vec<_> = items.into_iter().filter(|i| i.prompt.is_some() && (args.on_policy || i.cot.is_some())).collect();
@@ -97,21 +99,8 @@ pub fn run(args: LabelsArgs) -> anyhow::Result<()> {
     bar.set_position((selected.len() - todo.len()) as u64);
     let end = *pair.slm.stop_tokens().first().context("the SLM has no stop token")?;
     if args.on_policy {
-        let (mut positions, mut zeros) = (0usize, 0usize);
-        for item in &todo {
-            let labelled = rollout_labels(&mut pair, item)?;
-            positions += labelled.positions.len();
-            zeros += labelled.positions.iter().filter(|p| p.label() == Some(0.0)).count();
-            writer.append(&labelled)?;
-            bar.inc(1);
-            bar.set_prefix(format!("{positions} positions, {zeros} escalation helps"));
-            if bar.is_hidden() && bar.position().is_multiple_of(10) {
-                eprintln!("labels: {}/{} items, {positions} positions ({zeros} label 0)", bar.position(), selected.len());
-            }
-        }
-        bar.finish();
-        eprintln!("done: {} ({positions} new positions, {zeros} where escalating fixes the answer)", out.display());
-        return Ok(());
+        let todo: Vec<TaskItem> = todo.into_iter().map(cqa_item).collect();
+        return rollouts(&mut pair, &todo, &mut writer, &bar, &out);
     }
     let (mut positions, mut zeros, mut dropped) = (0usize, 0usize, 0usize);
     for chunk in todo.chunks(args.batch as usize) {
@@ -149,28 +138,90 @@ pub fn run(args: LabelsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A CommonsenseQA training item as a task item (its exact training prompt).
+fn cqa_item(item: &Item) -> TaskItem {
+    let user = item.prompt.clone().unwrap_or_else(|| prompt_for(&item.question, &item.choices));
+    TaskItem { id: item.id.clone(), user, scoring: Scoring::Choice { choices: item.choices.clone(), key: item.answer_key.clone() } }
+}
+
+/// On-policy labels for `--task`'s prompts, into the task's own default file.
+fn run_task(args: &LabelsArgs, task: &TaskSpec) -> anyhow::Result<()> {
+    tasks::trainable(task)?;
+    let roots = tasks::default_roots(&duet_home(), args.data.clone());
+    let items = tasks::load(task, &roots, None)?;
+    let mut pair = args.pair.load(4096)?;
+    let slm_id = pair.slm.manifest().id.clone();
+    let out = args.out.clone().unwrap_or_else(|| duet_home().join("router").join(format!("labels-onpolicy-{}-{slm_id}.bin", task.name())));
+    let (mut writer, done) = LabelsWriter::open(&out, &labels_header(&pair))?;
+    let done: std::collections::HashSet<String> = done.into_iter().collect();
+    let selected: Vec<TaskItem> = items.into_iter().skip(args.offset).take(args.limit.unwrap_or(usize::MAX)).collect();
+    let todo: Vec<TaskItem> = selected.iter().filter(|i| !done.contains(&i.id)).cloned().collect();
+    eprintln!("labels ({}) -> {} ({} items selected, {} to go)", task.name(), out.display(), selected.len(), todo.len());
+    let bar = progress(selected.len() as u64, "labels");
+    bar.set_position((selected.len() - todo.len()) as u64);
+    rollouts(&mut pair, &todo, &mut writer, &bar, &out)
+}
+
+/// What a labels file records of the pair.
+fn labels_header(pair: &Pair) -> LabelsHeader {
+    LabelsHeader {
+        format: LABELS_FORMAT,
+        slm_id: pair.slm.manifest().id.clone(),
+        llm_id: pair.llm.id().to_string(),
+        tokenizer_fingerprint: pair.tok.fingerprint().to_string(),
+        feature_spec: FEATURE_SPEC.to_string(),
+        hidden_size: pair.slm.manifest().hidden_size,
+    }
+}
+
+/// On-policy labels for every item of `todo`, appended to `writer` as each finishes.
+fn rollouts(pair: &mut Pair, todo: &[TaskItem], writer: &mut LabelsWriter, bar: &indicatif::ProgressBar, out: &std::path::Path) -> anyhow::Result<()> {
+    let (mut positions, mut zeros) = (0usize, 0usize);
+    for item in todo {
+        let labelled = rollout_labels(pair, item)?;
+        positions += labelled.positions.len();
+        zeros += labelled.positions.iter().filter(|p| p.label() == Some(0.0)).count();
+        writer.append(&labelled)?;
+        bar.inc(1);
+        bar.set_prefix(format!("{positions} positions, {zeros} escalation helps"));
+        if bar.is_hidden() && bar.position().is_multiple_of(10) {
+            eprintln!("labels: {} items, {positions} positions ({zeros} label 0)", bar.position());
+        }
+    }
+    bar.finish();
+    eprintln!("done: {} ({positions} new positions, {zeros} where escalating fixes the answer)", out.display());
+    Ok(())
+}
+
 /// Default on-policy labels path for an SLM.
 pub fn default_on_policy_path(slm_id: &str) -> PathBuf {
     duet_home().join("router").join(format!("labels-onpolicy-{slm_id}.bin"))
 }
 
+/// Most tokens of an answer in roll-outs: a short reasoned answer.
 const MAX_ANSWER_TOKENS: usize = 96;
 
-/// The SLM's own greedy answer to `prompt`, continuing from `prefix` (the start of an answer,
-/// empty for a fresh one), through the device's decode loop with no cloud: until a stop token,
-/// the end of the answer line, or [`MAX_ANSWER_TOKENS`]. Returns the whole answer (prefix
+/// Most tokens of a code answer in roll-outs: a function.
+const MAX_CODE_TOKENS: usize = 256;
+
+/// The SLM's own greedy answer to `item`'s `prompt`, continuing from `prefix` (the start of an
+/// answer, empty for a fresh one), through the device's decode loop with no cloud: until a
+/// stop token, the item's stop rule, or `max` tokens. Returns the whole answer (prefix
 /// included); `features` receives the SLM's distribution statistics and hidden state (f16) at
 /// every new position.
+#[allow(clippy::too_many_arguments)]
 fn slm_answer(
     lm: &mut CausalLm,
     cache: &mut KvCache,
     tok: &Tokenizer,
+    item: &TaskItem,
+    max: usize,
     prompt: &[u32],
     prefix: &[u32],
     mut features: Option<&mut Vec<(DistributionStats, Vec<u8>)>>,
 ) -> anyhow::Result<Vec<u32>> {
     let mut answer = prefix.to_vec();
-    let budget = MAX_ANSWER_TOKENS.saturating_sub(prefix.len());
+    let budget = max.saturating_sub(prefix.len());
     if budget == 0 {
         return Ok(answer);
     }
@@ -185,7 +236,7 @@ fn slm_answer(
         }
         answer.push(e.token);
         match tok.decode(&answer) {
-            Ok(text) if answer_line_done(&text) => std::ops::ControlFlow::Break(()),
+            Ok(text) if item.done(&text) => std::ops::ControlFlow::Break(()),
             _ => std::ops::ControlFlow::Continue(()),
         }
     }))?;
@@ -193,20 +244,20 @@ fn slm_answer(
 }
 
 /// On-policy labels for one item (see `--on-policy`). The positions' `reference` is the token
-/// the roll-outs prefer: the LLM's where escalating fixes the answer, else the SLM's.
-fn rollout_labels(pair: &mut Pair, item: &Item) -> anyhow::Result<LabelledItem> {
-    let text = item.prompt.clone().unwrap_or_else(|| prompt_for(&item.question, &item.choices));
-    let prompt = pair.tok.encode(&render_user(&text))?;
-    let cap = prompt.len() + 2 * MAX_ANSWER_TOKENS;
+/// the roll-outs prefer: the LLM's where escalating fixes the answer, else the SLM's. An item
+/// that cannot be judged (code without tests) takes the LLM's token wherever it differs.
+fn rollout_labels(pair: &mut Pair, item: &TaskItem) -> anyhow::Result<LabelledItem> {
+    let prompt = pair.tok.encode(&render_user(&item.user))?;
+    let untested = item.scoring == Scoring::Untested;
+    let max = if untested { MAX_CODE_TOKENS } else { MAX_ANSWER_TOKENS };
+    let cap = prompt.len() + 2 * max;
     let stop = pair.slm.stop_tokens().to_vec();
     // The SLM's own answer, with its features at every position.
     let mut slm_cache = pair.slm.new_cache(Some(cap))?;
     let mut feats = Vec::new();
-    let generated = slm_answer(&mut pair.slm, &mut slm_cache, &pair.tok, &prompt, &[], Some(&mut feats))?;
-    let correct = |ids: &[u32]| -> anyhow::Result<bool> {
-        Ok(extract_answer(&pair.tok.decode(ids)?, &item.choices).as_deref() == Some(item.answer_key.as_str()))
-    };
-    let slm_correct = correct(&generated)?;
+    let generated = slm_answer(&mut pair.slm, &mut slm_cache, &pair.tok, item, max, &prompt, &[], Some(&mut feats))?;
+    let correct = |ids: &[u32]| -> anyhow::Result<bool> { Ok(item.judge(&pair.tok.decode(ids)?).is_some_and(|(_, ok)| ok)) };
+    let slm_correct = !untested && correct(&generated)?;
     // The LLM's greedy token at each position of that answer.
     let mut sequence = prompt.clone();
     sequence.extend_from_slice(&generated);
@@ -217,12 +268,14 @@ fn rollout_labels(pair: &mut Pair, item: &Item) -> anyhow::Result<LabelledItem> 
         let llm = choice.best.id;
         let slm = generated[t];
         let mut reference = slm;
-        if llm != slm && !slm_correct {
+        if llm != slm && untested {
+            reference = llm;
+        } else if llm != slm && !slm_correct {
             // Roll out: the SLM continues from the LLM's token (the decode loop reuses the
             // cached prefix, so this costs only the tokens after position t).
             let mut prefix = generated[..t].to_vec();
             prefix.push(llm);
-            let rolled = if stop.contains(&llm) { prefix } else { slm_answer(&mut pair.slm, &mut slm_cache, &pair.tok, &prompt, &prefix, None)? };
+            let rolled = if stop.contains(&llm) { prefix } else { slm_answer(&mut pair.slm, &mut slm_cache, &pair.tok, item, max, &prompt, &prefix, None)? };
             if correct(&rolled)? {
                 reference = llm;
             }

@@ -14,6 +14,7 @@ mod eval_item;
 mod eval_report;
 mod labels_cmd;
 mod labels_file;
+mod tasks;
 mod teacher;
 mod train_cmd;
 
@@ -37,7 +38,9 @@ enum Command {
     Labels(Box<labels_cmd::LabelsArgs>),
     /// Train the router MLP on labels files and calibrate tau to escalation rates.
     Train(Box<train_cmd::TrainArgs>),
-    /// Evaluate routing policies on CommonsenseQA: accuracy vs share of tokens escalated.
+    /// Evaluate routing policies on a task (CommonsenseQA by default; `--task humaneval`,
+    /// `bigbench:NAME`): accuracy vs share of tokens escalated.
+    #[command(alias = "eval")]
     EvalCqa(Box<eval_cmd::EvalArgs>),
     /// Compare the teacher-forced choices of the in-process LLM and an engine serving the same
     /// LLM: share of positions that agree, and the log-probability margins where they differ.
