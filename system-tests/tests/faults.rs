@@ -48,7 +48,10 @@ fn gateway_restarted_edge_reconnects_and_resyncs() {
     let ca = cert.to_str().unwrap().to_string();
     let (c2, k2) = (cert.clone(), key.clone());
     let restarter = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(1500));
+        // Well into the ~30 s generation, and after the edge has connected even when it is
+        // slow to start (the other tests of this file load models at the same time: under
+        // load, at 1.5 s the edge sometimes first reached the restarted gateway).
+        std::thread::sleep(Duration::from_millis(5000));
         gw.kill();
         std::thread::sleep(Duration::from_millis(200));
         spawn_gateway_process(port, &c2, &k2, TINY, &["--backend-delay-ms=2"])
