@@ -30,7 +30,7 @@ use crate::sessions::SessionKey;
 /// Messages of the batcher actor.
 pub enum BatcherMsg {
     /// New work (already admitted by [`BatchQueue::try_submit`]).
-    Submit(Escalation),
+    Submit(Box<Escalation>),
     /// The max-wait timer fired.
     Flush,
     /// A backend call finished; the backend comes back with its results.
@@ -259,7 +259,7 @@ impl Actor for Batcher {
                     // Behind a batch that may be long: drop what no longer needs the model.
                     state.queue.purge(Instant::now());
                 }
-                state.queue.push(esc);
+                state.queue.push(*esc);
                 state.schedule(&myself);
             }
             BatcherMsg::Flush => {

@@ -81,7 +81,7 @@ impl Dispatch for BatchQueue {
         let queued_behind = admitted.in_flight.load(Ordering::Relaxed).saturating_sub(1);
         let esc = esc.with_cost(cost).with_trace(tracing::Span::current(), queued_behind).with_admission(slot);
         // If the actor is gone the message (and with it the admission) is dropped.
-        if self.actor.send_message(BatcherMsg::Submit(esc)).is_err() {
+        if self.actor.send_message(BatcherMsg::Submit(Box::new(esc))).is_err() {
             return Err(Busy { retry_after_ms: 1000, reason: BusyReason::Stopped });
         }
         metrics::gauge!("duet_gateway_queue_depth").set(admitted.in_flight.load(Ordering::Relaxed) as f64);
