@@ -338,7 +338,7 @@ pub struct TelemetryArgs {
     /// Export traces (per escalation: decode/validate, queue wait, batch, backend call, under
     /// the device's span when it sent its trace context) over OTLP/HTTP to this collector,
     /// e.g. http://127.0.0.1:4318. Off by default; the standard OTEL_* variables apply too
-    /// (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER[_ARG], ...).
+    /// (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER(_ARG), ...).
     #[arg(long, env = "DUET_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
 }

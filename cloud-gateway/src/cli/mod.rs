@@ -40,10 +40,10 @@ pub const SECTIONS: &[Section] = &[
 #[derive(Debug, Clone, Parser)]
 #[command(name = "cloud-gateway", version, about, after_help = "Device identity (CA, device certificates, revocation): cloud-gateway ca --help")]
 pub struct GatewayArgs {
-    /// TOML file of settings, one table per section below ([transport], [identity],
-    /// [sessions], [embedded], [batcher], [overload], [engines], [drain], [telemetry]); keys are
-    /// the flags' long names (`engine` takes an array). Unknown sections and keys are refused
-    /// by name. Flags and DUET_* variables override it.
+    /// TOML file of settings, one table per section below (`[transport]`, `[identity]`,
+    /// `[sessions]`, `[embedded]`, `[batcher]`, `[overload]`, `[engines]`, `[drain]`,
+    /// `[telemetry]`); keys are the flags' long names (`engine` takes an array). Unknown
+    /// sections and keys are refused by name. Flags and DUET_* variables override it.
     #[arg(long, env = "DUET_CONFIG")]
     pub config: Option<PathBuf>,
     /// Check the settings (flags, environment, --config) and print them, then exit without

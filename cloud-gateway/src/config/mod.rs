@@ -6,7 +6,7 @@
 //! Tests and the load tester write `GatewayConfig { batcher: .., ..GatewayConfig::default() }`
 //! directly, so there is one definition of each setting and of its default. The defaults run a
 //! gateway on one machine: loopback addresses and a self-signed certificate written where a
-//! local edge node looks for it. [`GatewayConfig::validated`] ([`validate`]) is the one place
+//! local edge node looks for it. [`GatewayConfig::validated`] (`validate.rs`) is the one place
 //! values are refused or brought into range; what connections derive from the settings
 //! together with the model's facts is computed once, in [`crate::state::Shared::new`].
 

@@ -1,6 +1,6 @@
 //! The seam between a device's escalation and the LLM that answers it.
 //!
-//! The gateway has two LLM paths, siblings behind this one contract ([`contract`]): the
+//! The gateway has two LLM paths, siblings behind this one contract (`contract.rs`: [`LlmRequest`], [`Outcome`], [`Busy`], [`ModelFacts`]): the
 //! [`crate::batcher`] (an in-process [`Backend`](crate::batcher::backend::Backend) fed one
 //! batch at a time, with admission by estimated cost) and the [`crate::engine`] pool (external
 //! engines that batch on their own: one HTTP request per escalation, many in flight). Each

@@ -2,8 +2,8 @@
 //!
 //! With `--client-ca` (mutual TLS, the production mode) a device proves its identity with a
 //! certificate the fleet CA issued ([`ca`]); rustls verifies it during the TLS handshake, with
-//! the deny list ([`verifier`], [`revoked`]), and the device id is the certificate's subject
-//! common name ([`cert`]). What a device *claims* in `Hello.device_id` is then only logged:
+//! the deny list (`verifier`, [`revoked`]), and the device id is the certificate's subject
+//! common name (`cert`). What a device *claims* in `Hello.device_id` is then only logged:
 //! a device holding its own valid certificate still cannot name itself as another and reach
 //! that device's sessions, and cannot spread over invented ids to dodge its session limit.
 //!
@@ -12,7 +12,7 @@
 //!
 //! Either way one connection serves one identity at a time ([`registry`]: the newest replaces
 //! the older), a deny list reloaded without restart refuses and disconnects revoked devices
-//! ([`reload`]), and each identity has its own escalation rate limit ([`rate`]).
+//! (`reload`), and each identity has its own escalation rate limit (`rate`).
 
 pub mod ca;
 pub(crate) mod cert;

@@ -1,6 +1,6 @@
 //! TLS for the QUIC listener: certificate and key from PEM files in production, or a
 //! self-signed certificate (rcgen) for development, written out so devices can trust it and
-//! kept across restarts ([`super::dev_cert`]); with a client CA, mutual TLS
+//! kept across restarts (`transport::dev_cert`); with a client CA, mutual TLS
 //! ([`crate::identity`]).
 //! Also the QUIC transport settings devices rely on (idle timeout, one stream per request).
 
