@@ -60,7 +60,7 @@ impl PairArgs {
             );
         }
         let tok = Tokenizer::load(&slm_files.tokenizer, Some(&slm_files.manifest.tokenizer_fingerprint))?;
-        Ok(Pair { slm: CausalLm::load(slm_files, &opts)?, llm: Llm::InProcess(CausalLm::load(llm_files, &opts)?), tok })
+        Ok(Pair { slm: CausalLm::load(slm_files, &opts)?, llm: Llm::InProcess(Box::new(CausalLm::load(llm_files, &opts)?)), tok })
     }
 }
 

@@ -190,7 +190,7 @@ impl Cloud for InProcessLlm<'_> {
 
 /// The evaluation's cloud: the LLM in-process, or served by an engine.
 enum EvalCloud<'a> {
-    InProcess(InProcessLlm<'a>),
+    InProcess(Box<InProcessLlm<'a>>),
     Engine(EngineCloud<'a>),
 }
 
@@ -245,7 +245,7 @@ impl<'a> ItemEvaluator<'a> {
         let llm = match llm {
             Llm::InProcess(lm) => {
                 let cache = lm.new_cache(Some(capacity))?;
-                EvalCloud::InProcess(InProcessLlm { lm, cache, step: StepOutput::default(), memo: HashMap::new(), computed: 0, error: None })
+                EvalCloud::InProcess(Box::new(InProcessLlm { lm, cache, step: StepOutput::default(), memo: HashMap::new(), computed: 0, error: None }))
             }
             Llm::Engine(engine) => EvalCloud::Engine(EngineCloud::new(engine)),
         };

@@ -35,8 +35,8 @@ pub trait Teacher {
 
 /// The LLM the lab runs: in-process, or served by an engine.
 pub enum Llm {
-    /// The ONNX LLM in this process.
-    InProcess(CausalLm),
+    /// The ONNX LLM in this process (boxed: it holds the ONNX sessions).
+    InProcess(Box<CausalLm>),
     /// The LLM an engine serves.
     Engine(EngineLlm),
 }
@@ -45,7 +45,7 @@ impl Llm {
     /// Its id (see [`Teacher::id`]).
     pub fn id(&self) -> &str {
         match self {
-            Llm::InProcess(lm) => Teacher::id(lm),
+            Llm::InProcess(lm) => Teacher::id(lm.as_ref()),
             Llm::Engine(e) => e.id(),
         }
     }
@@ -53,7 +53,7 @@ impl Llm {
     /// It as a teacher.
     pub fn teacher(&mut self) -> &mut dyn Teacher {
         match self {
-            Llm::InProcess(lm) => lm,
+            Llm::InProcess(lm) => lm.as_mut(),
             Llm::Engine(e) => e,
         }
     }
