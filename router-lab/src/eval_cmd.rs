@@ -130,7 +130,9 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         eprintln!("reused {taken} items from {}", dir.display());
     }
     let done: HashSet<String> = records.iter().map(|r| r.id.clone()).collect();
-    let capacity = 512.max(args.max_new_tokens + 256);
+    // Room for the longest prompt of the task (HumanEval's run to 300+ tokens) and the answer.
+    let longest = items.iter().map(|i| i.user.len()).max().unwrap_or(0) / 2;
+    let capacity = 512.max(args.max_new_tokens + 256.max(longest + 64));
     let mut eval = ItemEvaluator::new(&mut pair.slm, &mut pair.llm, &pair.tok, router, capacity, args.max_new_tokens)?.with_rate_control(args.cloud.rate_control);
     let bar = progress(items.len() as u64, "eval");
     bar.set_position(done.len() as u64);
