@@ -4,14 +4,15 @@
 //! ends run ([`sampling`]), and the
 //! logging and trace set-up every binary shares ([`telemetry`]; with the `otlp` feature, the
 //! OTLP exporter and [`trace`], between spans and the trace context an escalation carries),
-//! the `--config FILE` both binaries read ([`config_file`]), and what a device id may be
-//! ([`device_id`]). The ONNX model runtime is the `model-runtime` crate;
+//! the `--config FILE` both binaries read ([`config_file`]), what a device id may be
+//! ([`device_id`]), and router bundles with their rollout rules ([`fleet`]). The ONNX model runtime is the `model-runtime` crate;
 //! docs/ARCHITECTURE.md shows where each piece sits on the data path.
 
 pub mod config_file;
 pub mod device_id;
 pub mod exchange;
 pub mod fingerprint;
+pub mod fleet;
 pub mod protocol;
 pub mod sampling;
 pub mod telemetry;

@@ -442,6 +442,8 @@ impl Actor for ConnectionActor {
                 state.on_escalate(EscalateRequest { session_id, seq, context, sampling, deadline }, send, received, span)
             }
             Request::EndSession { session_id } => state.on_end_session(session_id, send),
+            Request::BundleReport { .. } => state.reply_now(send, Frame::BundleOffer { bundle: None }),
+            Request::FetchBundle { sha256, .. } => state.reply_now(send, gateway::bundle_not_offered(&sha256)),
             Request::Answer(frame) => state.reply_now(send, frame),
         }
         Ok(())

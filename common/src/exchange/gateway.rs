@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use super::constant_time_eq;
+use crate::fleet::{BundleRef, Sha256Digest};
 use crate::protocol::{understands_go_away, CodecError, ContextError, ContextSync, ErrorCode, Frame, Limits, RejectReason, ValidationLimits, WireSampling, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 
 /// How long a device has to send `Hello` after connecting.
@@ -122,6 +123,22 @@ pub enum Request {
         /// Session.
         session_id: u64,
     },
+    /// A device's bundle report (v4): record it, answer with its `BundleOffer`.
+    BundleReport {
+        /// The bundle it runs.
+        running: Option<BundleRef>,
+        /// Tokens it escalated.
+        escalations: u64,
+        /// Of those, fallen back.
+        fallbacks: u64,
+    },
+    /// A chunk of a bundle (v4): answer with `BundleChunk`, or an error if not offered.
+    FetchBundle {
+        /// Which bundle.
+        sha256: Sha256Digest,
+        /// From where.
+        offset: u32,
+    },
     /// Answer at once with this frame (a `Pong`, or an error for a bad request).
     Answer(Frame),
 }
@@ -146,6 +163,8 @@ pub fn classify(decoded: Result<Frame, CodecError>, limits: &ValidationLimits) -
         }
         Frame::EndSession { session_id } => Request::EndSession { session_id },
         Frame::Ping { nonce } => Request::Answer(Frame::Pong { nonce }),
+        Frame::BundleReport { running, escalations, fallbacks } => Request::BundleReport { running, escalations, fallbacks },
+        Frame::FetchBundle { sha256, offset } => Request::FetchBundle { sha256, offset },
         other => Request::Answer(error(None, None, ErrorCode::Malformed, format!("unexpected {} frame after the handshake", other.kind()))),
     }
 }
@@ -214,6 +233,19 @@ pub fn reply(session_id: u64, seq: u32, outcome: EscalationOutcome) -> Frame {
         EscalationOutcome::BackendFailed(m) => error(sid, q, ErrorCode::BackendFailed, m),
         EscalationOutcome::Stopped => error(sid, q, ErrorCode::Internal, "the gateway is stopping".into()),
     }
+}
+
+/// The answer to a bundle request from a device that speaks `protocol_version`, when that
+/// version has no bundle frames (a pre-v4 device cannot have sent one honestly): an error,
+/// never a frame it cannot decode.
+pub fn bundles_unsupported(protocol_version: u16) -> Option<Frame> {
+    (!crate::protocol::understands_bundles(protocol_version))
+        .then(|| error(None, None, ErrorCode::Malformed, format!("bundle frames need protocol version 4, this connection speaks {protocol_version}")))
+}
+
+/// The answer to `FetchBundle` for a bundle this device is not offered (or no longer is).
+pub fn bundle_not_offered(sha256: &Sha256Digest) -> Frame {
+    error(None, None, ErrorCode::UnknownSession, format!("bundle {} is not offered to this device", sha256.short()))
 }
 
 /// The answer to a request frame that exceeds the size limit, read from its length prefix.

@@ -56,6 +56,7 @@ impl Pair {
                 Err(e) => gateway::reply(session_id, seq, EscalationOutcome::Context(e)),
             },
             Request::EndSession { .. } => panic!("no reply to EndSession"),
+            Request::BundleReport { .. } | Request::FetchBundle { .. } => panic!("a session sends no bundle frames"),
             Request::Answer(f) => f,
         };
         self.answered.push(reply.clone());

@@ -5,11 +5,13 @@
 //! [`PROTOCOL_VERSION`](super::PROTOCOL_VERSION) for anything else. A variant appended in a
 //! later version is never sent to a peer that announced an earlier one (v1 peers cannot
 //! decode [`Frame::GoAway`], so a gateway sends it only to devices that said `Hello` with
-//! version 2 or later).
+//! version 2 or later; the bundle frames, v4, only to v4 devices, which alone send the
+//! requests they answer).
 
 use serde::{Deserialize, Serialize};
 
 use super::token_ids::TokenIds;
+use crate::fleet::{BundleRef, Sha256Digest};
 use crate::sampling::SamplingParams;
 
 /// Every message on every stream, in one enum, so a single decoder handles all of them and an
@@ -133,6 +135,42 @@ pub enum Frame {
         /// Where to reconnect (`host:port`), if the gateway knows better than the device's list.
         redirect: Option<String>,
     },
+    /// Device → gateway (v4), on a request stream: the bundle it runs and what it did, right
+    /// after `Welcome` and at every poll; answered by [`Frame::BundleOffer`]. Also how an
+    /// operator sees the fleet (`/v1/fleet`).
+    BundleReport {
+        /// The bundle it runs; `None`: the router it was started with.
+        running: Option<BundleRef>,
+        /// Tokens escalated since the device started.
+        escalations: u64,
+        /// Of those, answered by the SLM's own token (timeout, `Busy`, link down).
+        fallbacks: u64,
+    },
+    /// Gateway → device (v4), the answer to `BundleReport`: the bundle this device should run
+    /// for its SLM (by the rollout's percentage), or `None` (keep what it runs).
+    BundleOffer {
+        /// The bundle to run.
+        bundle: Option<BundleRef>,
+    },
+    /// Device → gateway (v4): the bytes of an offered bundle from `offset`.
+    FetchBundle {
+        /// The bundle, by its digest.
+        sha256: Sha256Digest,
+        /// First byte wanted.
+        offset: u32,
+    },
+    /// Gateway → device (v4), the answer to `FetchBundle`: one chunk of the bundle (at most
+    /// [`MAX_CHUNK_BYTES`](crate::fleet::MAX_CHUNK_BYTES)).
+    BundleChunk {
+        /// The bundle, by its digest.
+        sha256: Sha256Digest,
+        /// Where the chunk starts.
+        offset: u32,
+        /// The bundle's whole size.
+        total: u32,
+        /// The chunk.
+        bytes: Vec<u8>,
+    },
 }
 
 impl Frame {
@@ -152,6 +190,10 @@ impl Frame {
             Frame::Ping { .. } => "ping",
             Frame::Pong { .. } => "pong",
             Frame::GoAway { .. } => "go_away",
+            Frame::BundleReport { .. } => "bundle_report",
+            Frame::BundleOffer { .. } => "bundle_offer",
+            Frame::FetchBundle { .. } => "fetch_bundle",
+            Frame::BundleChunk { .. } => "bundle_chunk",
         }
     }
 

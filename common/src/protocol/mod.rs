@@ -1,4 +1,4 @@
-//! The Duet wire protocol (v3; v1 and v2 devices still served): message types, the frame codec and the pure per-session logic
+//! The Duet wire protocol (v4; v1-v3 devices still served): message types, the frame codec and the pure per-session logic
 //! that both ends run around it.
 //!
 //! Nothing in here touches a socket or an executor, so every rule of the protocol (framing,
@@ -44,9 +44,10 @@ pub use validate::{ValidationError, ValidationLimits};
 /// device refused with an older `supported` version says `Hello` again in that version.
 ///
 /// v2 adds [`Frame::GoAway`] (graceful drain); v3 lets an `Escalate` end with a 26-byte
-/// [`TraceContext`] (sent only to v3 gateways, only when sampled); everything else is v1's
-/// layout.
-pub const PROTOCOL_VERSION: u16 = 3;
+/// [`TraceContext`] (sent only to v3 gateways, only when sampled); v4 adds the router bundle
+/// frames (`BundleReport`, `BundleOffer`, `FetchBundle`, `BundleChunk`: [`crate::fleet`]);
+/// everything else is v1's layout.
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// Oldest version a gateway still serves: v1 devices get no `GoAway` (their connection is
 /// simply closed at the end of a drain).
@@ -61,6 +62,12 @@ pub fn understands_go_away(version: u16) -> bool {
 /// refuse the trailing bytes as malformed).
 pub fn accepts_trace_context(version: u16) -> bool {
     version >= 3
+}
+
+/// Whether a peer speaking `version` has the bundle frames (v4): a device reports its bundle
+/// and fetches one only from a gateway that has them; a gateway answers them only to v4 devices.
+pub fn understands_bundles(version: u16) -> bool {
+    version >= 4
 }
 
 /// QUIC ALPN identifier; a peer speaking another protocol fails the TLS handshake instead of

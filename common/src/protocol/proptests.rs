@@ -8,6 +8,7 @@ use super::messages::{ContextSync, ErrorCode, Frame, Limits, RejectReason, WireS
 use super::token_ids::{decode_varints, encode_varints, TokenIds};
 use super::trace_context::{TraceContext, TRACE_CONTEXT_BYTES};
 use super::DEFAULT_MAX_FRAME_BYTES;
+use crate::fleet::{BundleRef, Sha256Digest};
 
 const MAX: usize = DEFAULT_MAX_FRAME_BYTES;
 
@@ -100,7 +101,17 @@ fn frame() -> impl Strategy<Value = Frame> {
         any::<u64>().prop_map(|nonce| Frame::Ping { nonce }),
         any::<u64>().prop_map(|nonce| Frame::Pong { nonce }),
         prop::option::of(text()).prop_map(|redirect| Frame::GoAway { redirect }),
+        (prop::option::of(bundle_ref()), any::<u64>(), any::<u64>())
+            .prop_map(|(running, escalations, fallbacks)| Frame::BundleReport { running, escalations, fallbacks }),
+        prop::option::of(bundle_ref()).prop_map(|bundle| Frame::BundleOffer { bundle }),
+        (any::<[u8; 32]>(), any::<u32>()).prop_map(|(d, offset)| Frame::FetchBundle { sha256: Sha256Digest(d), offset }),
+        (any::<[u8; 32]>(), any::<u32>(), any::<u32>(), prop::collection::vec(any::<u8>(), 0..256))
+            .prop_map(|(d, offset, total, bytes)| Frame::BundleChunk { sha256: Sha256Digest(d), offset, total, bytes }),
     ]
+}
+
+fn bundle_ref() -> impl Strategy<Value = BundleRef> {
+    (text(), any::<[u8; 32]>(), any::<u32>()).prop_map(|(version, d, size)| BundleRef { version, sha256: Sha256Digest(d), size })
 }
 
 /// Frames with NaN floats are not equal to themselves; compare their encodings then, which

@@ -82,6 +82,9 @@ pub enum ValidationError {
         /// Limit, bytes.
         max: usize,
     },
+    /// A bundle frame out of bounds (version label, size, chunk).
+    #[error("{0}")]
+    Bundle(String),
 }
 
 impl ValidationError {
@@ -141,7 +144,11 @@ impl Frame {
             }
             Frame::Error { message, .. } => s("message", message),
             Frame::GoAway { redirect } => redirect.as_deref().map_or(Ok(()), check_redirect),
-            Frame::Busy { .. }
+            Frame::BundleReport { running, .. } => running.as_ref().map_or(Ok(()), check_bundle_ref),
+            Frame::BundleOffer { bundle } => bundle.as_ref().map_or(Ok(()), check_bundle_ref),
+            Frame::BundleChunk { offset, total, bytes, .. } => check_chunk(*offset, *total, bytes.len()),
+            Frame::FetchBundle { .. }
+            | Frame::Busy { .. }
             | Frame::ContextMissing { .. }
             | Frame::EndSession { .. }
             | Frame::Ping { .. }
@@ -174,6 +181,25 @@ fn check_redirect(r: &str) -> Result<(), ValidationError> {
     let printable = r.bytes().all(|b| b.is_ascii_graphic());
     if r.is_empty() || r.len() > MAX_REDIRECT_BYTES || !printable || !r.contains(':') {
         return Err(ValidationError::Redirect { max: MAX_REDIRECT_BYTES });
+    }
+    Ok(())
+}
+
+/// A bundle reference names a usable version and a size within the cap.
+fn check_bundle_ref(r: &crate::fleet::BundleRef) -> Result<(), ValidationError> {
+    let size_ok = usize::try_from(r.size).is_ok_and(|s| (1..=crate::fleet::MAX_BUNDLE_BYTES).contains(&s));
+    if !crate::fleet::valid_version(&r.version) || !size_ok {
+        return Err(ValidationError::Bundle(format!("a bundle reference needs a version of [A-Za-z0-9._+-] and a size within 1..={}", crate::fleet::MAX_BUNDLE_BYTES)));
+    }
+    Ok(())
+}
+
+/// A chunk is at most [`crate::fleet::MAX_CHUNK_BYTES`], not empty, and inside its bundle.
+fn check_chunk(offset: u32, total: u32, len: usize) -> Result<(), ValidationError> {
+    let total = usize::try_from(total).unwrap_or(usize::MAX);
+    let end = usize::try_from(offset).unwrap_or(usize::MAX).saturating_add(len);
+    if len == 0 || len > crate::fleet::MAX_CHUNK_BYTES || total > crate::fleet::MAX_BUNDLE_BYTES || end > total {
+        return Err(ValidationError::Bundle(format!("a chunk of {len} bytes ending at {end} of {total}")));
     }
     Ok(())
 }
@@ -273,6 +299,23 @@ mod tests {
         let e = Frame::Error { session_id: None, seq: None, code: ErrorCode::Internal, message: "oops".into() };
         assert!(e.validate(&small).is_err());
         assert_eq!(Frame::Ping { nonce: 1 }.validate(&small), Ok(()));
+    }
+
+    #[test]
+    fn bundle_frames_are_bounded() {
+        use crate::fleet::{BundleRef, Sha256Digest, MAX_BUNDLE_BYTES, MAX_CHUNK_BYTES};
+        let lim = ValidationLimits::default();
+        let r = |version: &str, size: u32| Some(BundleRef { version: version.into(), sha256: Sha256Digest([1; 32]), size });
+        assert_eq!(Frame::BundleOffer { bundle: r("v1.2", 10) }.validate(&lim), Ok(()));
+        assert_eq!(Frame::BundleOffer { bundle: None }.validate(&lim), Ok(()));
+        for bad in [r("", 10), r("a b", 10), r("v", 0), r("v", MAX_BUNDLE_BYTES as u32 + 1), r(&"v".repeat(65), 1)] {
+            assert!(Frame::BundleReport { running: bad.clone(), escalations: 0, fallbacks: 0 }.validate(&lim).is_err(), "{bad:?}");
+        }
+        let chunk = |offset: u32, total: u32, len: usize| Frame::BundleChunk { sha256: Sha256Digest([0; 32]), offset, total, bytes: vec![0; len] };
+        assert_eq!(chunk(0, 100, 100).validate(&lim), Ok(()));
+        for bad in [chunk(0, 100, 0), chunk(90, 100, 11), chunk(u32::MAX, u32::MAX, 1), chunk(0, 1 << 30, MAX_CHUNK_BYTES + 1)] {
+            assert!(matches!(bad.validate(&lim), Err(ValidationError::Bundle(_))));
+        }
     }
 
     #[test]
