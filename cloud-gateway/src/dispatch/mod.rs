@@ -11,11 +11,16 @@
 //! ([`Pending`]). Dropping a [`Pending`] cancels the work (before its batch for the batcher,
 //! mid-request for an engine).
 //!
+//! Fairness between devices is one policy both paths apply to their own queue ([`fair`]: a
+//! virtual token counter per device): which waiting escalation goes next, and whose work is
+//! refused first when the path is full.
+//!
 //! Traces: a path hangs its spans (the batcher's queue wait, batch and backend call; the
 //! pool's `backend` span with one `engine_request` per HTTP attempt) under the caller's
 //! current span, the connection's `gateway.escalation`.
 
 mod contract;
+pub mod fair;
 mod pending;
 
 use std::sync::Arc;
