@@ -3,8 +3,11 @@
 //! a separate tool) because they share its code for what a device id and a deny list are, so
 //! what `ca` writes is exactly what the gateway accepts.
 //!
-//! `cloud-gateway fleet ...`, the command's old name, still runs it (with a warning) for one
-//! release: `fleet` also names `loadtest fleet`, the simulated devices, which it is not.
+//! `cloud-gateway fleet init-ca|issue|revoke`, the command's old name, still runs it (with a
+//! warning) for one release; `fleet` itself is now the router rollout's command group
+//! ([`crate::fleet_command`]). `signing-key` makes the key that signs router bundles: an
+//! Ed25519 key of its own, not the CA's, so that issuing identities and deciding what devices
+//! run are separate trusts.
 //!
 //! None of them needs a running gateway; `revoke` edits the deny-list file a running gateway
 //! watches (`--revoked-file`), which takes effect at its next poll.
@@ -61,6 +64,14 @@ enum CaCommand {
     },
     /// Revoke a device (all its certificates) or one certificate (serial:HEX, as `issue`
     /// printed it) by adding it to the deny list the gateway reloads.
+    /// Create the Ed25519 key that signs router bundles (bundle-signing.key, mode 0600, and
+    /// bundle-signing.pub) in --dir. Devices trust bundle-signing.pub (edge-node
+    /// --bundle-key); keep the private key where bundles are made, off gateways and devices.
+    SigningKey {
+        /// Directory for the key (may be the CA's).
+        #[arg(long, env = "DUET_BUNDLE_KEY_DIR")]
+        dir: PathBuf,
+    },
     Revoke {
         /// The gateway's deny list (its --revoked-file); created if missing.
         #[arg(long, env = "DUET_REVOKED_FILE")]
@@ -76,6 +87,12 @@ enum CaCommand {
 /// Run `cloud-gateway ca` with `argv` (its first element is `ca`, or the old name `fleet`,
 /// which is warned about).
 pub fn run(argv: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
+    // `fleet bundle|publish|status` (and `fleet --help`) are the rollout commands; other
+    // words after `fleet` are the CA commands' old name.
+    let fleet_group = argv.get(1).is_none_or(|a| crate::fleet_command::SUBCOMMANDS.iter().any(|s| a == s));
+    if argv.first().is_some_and(|a| a == "fleet") && fleet_group {
+        return crate::fleet_command::run(argv);
+    }
     if argv.first().is_some_and(|a| a == "fleet") {
         eprintln!("warning: `cloud-gateway fleet` is now `cloud-gateway ca`; the old name goes in the next release");
     }
@@ -93,6 +110,11 @@ pub fn run(argv: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
             println!("issued {device}: serial {} valid until {until}", issued.serial);
             println!("install on the device: edge-node ... --client-cert {} --client-key {}", cert.display(), key.display());
             println!("(the gateway trusts it through --client-ca {})", ca_dir.join(CA_CERT_FILE).display());
+        }
+        CaCommand::SigningKey { dir } => {
+            let (key, public) = crate::fleet::store::init_signing_key(&dir)?;
+            println!("bundle signing key written to {} (keep it where bundles are made)", key.display());
+            println!("give devices the public key: edge-node ... --bundle-key {}", public.display());
         }
         CaCommand::Revoke { revoked_file, entry, reason } => {
             let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());

@@ -9,6 +9,9 @@
 //! `POST /drain` starts the same drain as SIGTERM; it needs `Authorization: Bearer <admin
 //! token>` and is refused outright when no admin token is configured (the side port is often
 //! reachable by more than the operator).
+//! `GET /v1/fleet` lists the devices connected (SLM, bundle version, escalations, fallbacks,
+//! last seen), a bounded page at a time (`?limit=N&after=DEVICE`); it needs `Authorization:
+//! Bearer <operator token>` (`--operator-token-file`): no device data without it.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -82,6 +85,76 @@ async fn drain(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respons
     (StatusCode::ACCEPTED, format!("{what}: exiting within {left:.1} s\n")).into_response()
 }
 
+/// Query of `GET /v1/fleet`.
+#[derive(Debug, Default, PartialEq)]
+struct FleetQuery {
+    /// Devices per page (at most [`crate::fleet::MAX_PAGE`]).
+    limit: Option<usize>,
+    /// The last device of the previous page (its `next`).
+    after: Option<String>,
+}
+
+/// Percent-decode a query value (`+` is a space); `None` if it is not UTF-8 after decoding.
+fn percent_decode(v: &str) -> Option<String> {
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 2;
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+impl FleetQuery {
+    /// `limit=N&after=ID`, other keys ignored; a bad value is an error to show the caller.
+    fn parse(raw: Option<&str>) -> Result<Self, String> {
+        let mut q = Self::default();
+        for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let v = percent_decode(v).ok_or_else(|| format!("`{k}` is not percent-encoded UTF-8"))?;
+            match k {
+                "limit" => q.limit = Some(v.parse().map_err(|_| format!("limit `{v}` is not a number"))?),
+                "after" => q.after = Some(v),
+                _ => {}
+            }
+        }
+        Ok(q)
+    }
+}
+
+/// `GET /v1/fleet`: one page of the devices connected, for the operator only.
+async fn fleet(State(shared): State<Arc<Shared>>, headers: HeaderMap, axum::extract::RawQuery(raw): axum::extract::RawQuery) -> Response {
+    let Some(expected) = shared.fleet.operator_token.as_deref() else {
+        metrics::counter!("duet_gateway_admin_refused_total").increment(1);
+        let why = "no operator token is configured (--operator-token-file / DUET_OPERATOR_TOKEN_FILE): /v1/fleet is off\n";
+        return (StatusCode::FORBIDDEN, why).into_response();
+    };
+    let presented = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
+    if !common::exchange::constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
+        metrics::counter!("duet_gateway_admin_refused_total").increment(1);
+        let why = "a valid operator token is required: Authorization: Bearer <token>\n";
+        return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], why).into_response();
+    }
+    let query = match FleetQuery::parse(raw.as_deref()) {
+        Ok(q) => q,
+        Err(why) => return (StatusCode::BAD_REQUEST, format!("{why}\n")).into_response(),
+    };
+    let devices = shared.fleet.devices();
+    let total = devices.len();
+    let (page, next) = crate::fleet::page(devices, query.after.as_deref(), query.limit.unwrap_or(crate::fleet::DEFAULT_PAGE));
+    let body = serde_json::json!({ "total": total, "devices": page, "next": next });
+    ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
 /// Bind and serve; returns the bound address (port 0 picks one) and the server task.
 pub async fn serve(addr: SocketAddr, shared: Arc<Shared>) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     prometheus();
@@ -90,6 +163,7 @@ pub async fn serve(addr: SocketAddr, shared: Arc<Shared>) -> anyhow::Result<(Soc
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/drain", post(drain))
+        .route("/v1/fleet", get(fleet))
         .with_state(shared);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
@@ -99,4 +173,20 @@ pub async fn serve(addr: SocketAddr, shared: Arc<Shared>) -> anyhow::Result<(Soc
         }
     });
     Ok((bound, task))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fleet_query_takes_a_limit_and_a_percent_encoded_cursor() {
+        assert_eq!(FleetQuery::parse(None), Ok(FleetQuery::default()));
+        let q = FleetQuery::parse(Some("limit=20&after=dev%2F7+a&x=1")).unwrap();
+        assert_eq!((q.limit, q.after.as_deref()), (Some(20), Some("dev/7 a")));
+        assert!(FleetQuery::parse(Some("limit=many")).is_err());
+        assert!(FleetQuery::parse(Some("after=%zz")).is_err());
+        assert!(FleetQuery::parse(Some("after=%4")).is_err());
+        assert!(FleetQuery::parse(Some("after=%ff")).is_err(), "not UTF-8");
+    }
 }

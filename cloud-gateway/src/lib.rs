@@ -12,7 +12,8 @@
 //! down gracefully; [`cli`] maps the binary's flags onto [`config::GatewayConfig`].
 //! [`identity`] says who a device is (mutual TLS with a fleet CA, or the dev mode's claimed
 //! id), with revocation and a per-device rate limit; [`ca_command`] is the operator's admin
-//! command for the CA and device certificates.
+//! command for the CA and device certificates; [`fleet`] serves router bundles to devices
+//! (rollout by percentage, `/v1/fleet`) and [`fleet_command`] makes and publishes them.
 
 pub mod batcher;
 pub mod ca_command;
@@ -21,6 +22,8 @@ pub mod config;
 pub mod dispatch;
 pub mod drain;
 pub mod engine;
+pub mod fleet;
+pub mod fleet_command;
 pub mod http;
 pub mod identity;
 mod memory;

@@ -65,7 +65,9 @@ impl Gateway {
         let identities = Arc::new(Identities::load(&config)?);
         let endpoint = listener::bind(&config, identities.client_verifier())?;
         tasks.extend(identities.spawn_reloader());
-        let shared = Arc::new(Shared::new(&config, &facts, llm, identities));
+        let fleet = Arc::new(crate::fleet::Fleet::from_config(&config.fleet, config.transport.max_frame_bytes)?);
+        tasks.push(fleet.spawn_poller());
+        let shared = Arc::new(Shared::new(&config, &facts, llm, identities, fleet));
         tasks.push(listener::spawn_accept_loop(endpoint.clone(), shared.clone()));
         tasks.push(spawn_expiry(shared.store.clone(), shared.llm.clone(), config.sessions.idle));
         // After a flood, what it held is given back to the system, not only to the allocator.

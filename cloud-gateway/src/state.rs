@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use crate::dispatch::ModelFacts;
 use crate::dispatch::{Dispatch, Dispatcher};
 use crate::config::GatewayConfig;
+use crate::fleet::Fleet;
 use crate::identity::Identities;
 use crate::sessions::SessionStore;
 use crate::transport::limits::{BufferBudget, SourceLimiter};
@@ -62,13 +63,15 @@ pub struct Shared {
     /// Who each device is (mutual TLS or dev mode), which connection serves it, the deny
     /// list and the per-device rate limit.
     pub identity: Arc<Identities>,
+    /// The bundle store served to devices and the devices connected, for `/v1/fleet`.
+    pub fleet: Arc<Fleet>,
 }
 
 impl Shared {
     /// Derive the shared state from a validated configuration and the LLM's facts, with the
-    /// LLM path `llm` and the identities `config` describes (loaded before the listener,
-    /// whose TLS needs them).
-    pub fn new(config: &GatewayConfig, facts: &ModelFacts, llm: Arc<dyn Dispatch>, identity: Arc<Identities>) -> Self {
+    /// LLM path `llm`, the identities `config` describes (loaded before the listener,
+    /// whose TLS needs them) and the fleet's bundle store.
+    pub fn new(config: &GatewayConfig, facts: &ModelFacts, llm: Arc<dyn Dispatch>, identity: Arc<Identities>, fleet: Arc<Fleet>) -> Self {
         let max_context_tokens = facts.max_context.saturating_sub(1);
         let drain = watch::Sender::new(None);
         Self {
@@ -98,6 +101,7 @@ impl Shared {
             drain_redirect: config.drain.redirect.clone(),
             admin_token: config.drain.admin_token.clone(),
             identity,
+            fleet,
         }
     }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::batcher::backend::EmbeddedOptions;
-use crate::config::{BatcherConfig, CertSource, DrainConfig, EnginesConfig, GatewayConfig, IdentityConfig, OverloadConfig, RateLimit, SessionsConfig, TransportConfig};
+use crate::config::{BatcherConfig, CertSource, DrainConfig, EnginesConfig, FleetConfig, GatewayConfig, IdentityConfig, OverloadConfig, RateLimit, SessionsConfig, TransportConfig};
 use crate::engine::pool::breaker::BreakerConfig;
 use crate::engine::pool::health::HealthConfig;
 use crate::engine::pool::pick::{PickPolicy, Routing};
@@ -325,6 +325,29 @@ pub struct DrainArgs {
 impl DrainArgs {
     pub(super) fn config(&self) -> DrainConfig {
         DrainConfig { grace: Duration::from_secs(self.drain_grace_secs), redirect: self.drain_redirect.clone(), admin_token: self.admin_token.clone() }
+    }
+}
+
+/// `[fleet]`: router rollout (the bundle store) and the operator's fleet view.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Fleet")]
+pub struct FleetArgs {
+    /// Bundle store directory (rollout.json, bundles/), written by `cloud-gateway fleet publish`
+    /// and shared by every replica (a volume); without it no bundles are offered.
+    #[arg(long, env = "DUET_BUNDLE_STORE")]
+    pub bundle_store: Option<PathBuf>,
+    /// How often the bundle store is re-read, ms.
+    #[arg(long, env = "DUET_BUNDLE_POLL_MS", default_value_t = gateway().fleet.bundle_poll.as_millis() as u64)]
+    pub bundle_poll_ms: u64,
+    /// File holding the bearer token of the side port's GET /v1/fleet; without it /v1/fleet
+    /// is refused.
+    #[arg(long, env = "DUET_OPERATOR_TOKEN_FILE")]
+    pub operator_token_file: Option<PathBuf>,
+}
+
+impl FleetArgs {
+    pub(super) fn config(&self) -> FleetConfig {
+        FleetConfig { bundle_store: self.bundle_store.clone(), bundle_poll: Duration::from_millis(self.bundle_poll_ms), operator_token_file: self.operator_token_file.clone() }
     }
 }
 

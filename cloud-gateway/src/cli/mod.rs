@@ -18,7 +18,7 @@ use std::time::Duration;
 use clap::{CommandFactory, Parser};
 use common::config_file::{self, Section};
 
-pub use self::groups::{BatcherArgs, DrainArgs, EmbeddedArgs, EnginesArgs, IdentityArgs, OverloadArgs, SessionsArgs, TelemetryArgs, TransportArgs};
+pub use self::groups::{BatcherArgs, DrainArgs, EmbeddedArgs, EnginesArgs, FleetArgs, IdentityArgs, OverloadArgs, SessionsArgs, TelemetryArgs, TransportArgs};
 use crate::batcher::backend::{Backend, DelayBackend, EmbeddedBackend, EmbeddedOptions};
 use crate::config::GatewayConfig;
 
@@ -32,17 +32,18 @@ pub const SECTIONS: &[Section] = &[
     Section { name: "overload", heading: "Overload" },
     Section { name: "engines", heading: "Engines" },
     Section { name: "drain", heading: "Drain" },
+    Section { name: "fleet", heading: "Fleet" },
     Section { name: "telemetry", heading: "Telemetry" },
 ];
 
 /// Duet cloud gateway: answers escalated tokens from many devices with an LLM (embedded and
 /// batched, or external engines).
 #[derive(Debug, Clone, Parser)]
-#[command(name = "cloud-gateway", version, about, after_help = "Device identity (CA, device certificates, revocation): cloud-gateway ca --help")]
+#[command(name = "cloud-gateway", version, about, after_help = "Device identity (CA, device certificates, revocation): cloud-gateway ca --help\nRouter bundles and their rollout: cloud-gateway fleet --help")]
 pub struct GatewayArgs {
     /// TOML file of settings, one table per section below (`[transport]`, `[identity]`,
     /// `[sessions]`, `[embedded]`, `[batcher]`, `[overload]`, `[engines]`, `[drain]`,
-    /// `[telemetry]`); keys are the flags' long names (`engine` takes an array). Unknown
+    /// `[fleet]`, `[telemetry]`); keys are the flags' long names (`engine` takes an array). Unknown
     /// sections and keys are refused by name. Flags and DUET_* variables override it.
     #[arg(long, env = "DUET_CONFIG")]
     pub config: Option<PathBuf>,
@@ -66,6 +67,8 @@ pub struct GatewayArgs {
     pub engines: EnginesArgs,
     #[command(flatten)]
     pub drain: DrainArgs,
+    #[command(flatten)]
+    pub fleet: FleetArgs,
     #[command(flatten)]
     pub telemetry: TelemetryArgs,
     /// Deprecation warnings from the `--config` file (keys outside a section), to be logged
@@ -94,6 +97,7 @@ impl GatewayArgs {
             overload: self.overload.config(),
             engines: self.engines.config(),
             drain: self.drain.config(),
+            fleet: self.fleet.config(),
         }
         .validated()
     }

@@ -1,5 +1,5 @@
 //! Every setting of a gateway, in sections: [`GatewayConfig`] holds one struct per part of the
-//! gateway (transport, identity, sessions, batcher, overload, engines, drain), which is also
+//! gateway (transport, identity, sessions, batcher, overload, engines, drain, fleet), which is also
 //! how the binary's flags are grouped in `--help` and how `--config FILE` is laid out
 //! (`[batcher] max-batch = 16`; see [`crate::cli`]).
 //!
@@ -40,6 +40,8 @@ pub struct GatewayConfig {
     pub engines: EnginesConfig,
     /// Graceful drain.
     pub drain: DrainConfig,
+    /// Router rollout: the bundle store and the operator's fleet view.
+    pub fleet: FleetConfig,
 }
 
 /// Where the QUIC listener's certificate comes from.
@@ -237,5 +239,23 @@ pub struct DrainConfig {
 impl Default for DrainConfig {
     fn default() -> Self {
         Self { grace: Duration::from_secs(20), redirect: None, admin_token: None }
+    }
+}
+
+/// Router rollout to the devices (docs/ARCHITECTURE.md, "Fleet rollout").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetConfig {
+    /// The bundle store (`rollout.json` and `bundles/`), shared by every replica; `None` =
+    /// no bundles are offered.
+    pub bundle_store: Option<PathBuf>,
+    /// How often the store is re-read.
+    pub bundle_poll: Duration,
+    /// File holding the bearer token of `/v1/fleet`; `None` = `/v1/fleet` is refused.
+    pub operator_token_file: Option<PathBuf>,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        Self { bundle_store: None, bundle_poll: Duration::from_secs(5), operator_token_file: None }
     }
 }

@@ -48,6 +48,7 @@ impl GatewayConfig {
             frame.validate(&ValidationLimits::default()).map_err(|e| anyhow::anyhow!("drain redirect `{r}`: {e}"))?;
         }
         drain.grace = drain.grace.max(Duration::from_secs(1));
+        ensure!(self.fleet.bundle_poll >= Duration::from_millis(50), "the bundle store poll (--bundle-poll-ms) must be at least 50 ms");
         let transport = &mut self.transport;
         transport.max_frame_bytes = transport.max_frame_bytes.clamp(MIN_FRAME_BYTES, HARD_MAX_FRAME_BYTES);
         transport.max_connections = transport.max_connections.max(1);

@@ -17,6 +17,11 @@
 //! admission window are answered `Busy` (by the dispatch seam), and answers written while draining are counted open
 //! until the device acknowledges them, so closing the connections loses none.
 //!
+//! A v4 device reports the router bundle it runs (`BundleReport`, answered with the
+//! `BundleOffer` its rollout gives it) and fetches an offered bundle chunk by chunk
+//! (`FetchBundle`), each on a request stream like any request; [`crate::fleet`] answers both
+//! and lists the device for `/v1/fleet` while it is connected.
+//!
 //! Traces (with an OTLP exporter, see `common::telemetry`): each escalation gets a
 //! `gateway.escalation` span from its decoded frame to its written answer, a child of the
 //! device's escalation span when the frame carried a trace context; under it `validate` (the
@@ -73,12 +78,14 @@ pub struct ConnectionActor;
 pub struct ConnState {
     device: Arc<str>,
     shared: Arc<Shared>,
+    protocol_version: u16,
 }
 
 /// A device past the handshake.
 struct Device {
     identity: Identity,
     protocol_version: u16,
+    slm_id: String,
 }
 
 /// Accept a connection: handshake, then hand it to a new connection actor. Its source's
@@ -101,11 +108,15 @@ pub async fn serve_connection(incoming: quinn::Incoming, shared: Arc<Shared>, pl
     // One connection per identity: this one replaces an older one of the same device.
     shared.identity.registry.admit(&device.identity, &conn);
     let lives = conn.clone();
+    let (fleet, device_id, connection) = (shared.fleet.clone(), device.identity.device_id.clone(), conn.stable_id() as u64);
+    fleet.connected(&device_id, &device.slm_id, device.protocol_version, connection);
     if let Err(e) = Actor::spawn(None, ConnectionActor, (conn, device.identity.device_id, device.protocol_version, shared)).await {
         tracing::error!("starting a connection actor: {e}");
+        fleet.disconnected(&device_id, connection);
         return;
     }
     lives.closed().await;
+    fleet.disconnected(&device_id, connection);
     drop(place);
 }
 
@@ -142,7 +153,7 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> anyhow::Result<
             send.write_all(&encode_frame(&welcomed.reply, max)?).await?;
             send.finish()?;
             tracing::info!(device = %identity.device_id, verified = identity.serial.is_some(), slm = %welcomed.slm_id, version = welcomed.protocol_version, remote = %conn.remote_address(), "device welcomed");
-            Ok(Device { identity, protocol_version: welcomed.protocol_version })
+            Ok(Device { identity, protocol_version: welcomed.protocol_version, slm_id: welcomed.slm_id })
         }
         Err(refused) => {
             metrics::counter!("duet_gateway_handshakes_rejected_total").increment(1);
@@ -355,6 +366,7 @@ impl ConnState {
             self.reply_now(send, gateway::reply(session_id, seq, outcome))
         };
         metrics::counter!("duet_gateway_escalations_received_total").increment(1);
+        self.shared.fleet.escalation(&self.device);
         let key = SessionKey { device: self.device.clone(), session_id };
         let applied = child(&span, || tracing::info_span!(target: TRACE_TARGET, parent: &span, "apply_context")).in_scope(|| self.shared.store.apply(&key, seq, &context, received));
         let snapshot = match applied {
@@ -426,7 +438,7 @@ impl Actor for ConnectionActor {
         shared.connections.fetch_add(1, Ordering::Relaxed);
         metrics::gauge!("duet_gateway_connections").increment(1.0);
         tokio::spawn(accept_streams(conn, myself, shared.clone(), device.clone(), protocol_version));
-        Ok(ConnState { device, shared })
+        Ok(ConnState { device, shared, protocol_version })
     }
 
     async fn post_stop(&self, _myself: ActorRef<Self::Msg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
@@ -442,8 +454,14 @@ impl Actor for ConnectionActor {
                 state.on_escalate(EscalateRequest { session_id, seq, context, sampling, deadline }, send, received, span)
             }
             Request::EndSession { session_id } => state.on_end_session(session_id, send),
-            Request::BundleReport { .. } => state.reply_now(send, Frame::BundleOffer { bundle: None }),
-            Request::FetchBundle { sha256, .. } => state.reply_now(send, gateway::bundle_not_offered(&sha256)),
+            Request::BundleReport { running, escalations, fallbacks } => {
+                let reply = gateway::bundles_unsupported(state.protocol_version).unwrap_or_else(|| state.shared.fleet.report(&state.device, running, escalations, fallbacks));
+                state.reply_now(send, reply)
+            }
+            Request::FetchBundle { sha256, offset } => {
+                let reply = gateway::bundles_unsupported(state.protocol_version).unwrap_or_else(|| state.shared.fleet.fetch(&state.device, sha256, offset));
+                state.reply_now(send, reply)
+            }
             Request::Answer(frame) => state.reply_now(send, frame),
         }
         Ok(())
