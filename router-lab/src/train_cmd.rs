@@ -201,175 +201,344 @@ fn bce_with_logits(z: &Tensor, y: &Tensor) -> candle_core::Result<Tensor> {
 
 /// Run it.
 pub fn run(args: TrainArgs) -> anyhow::Result<()> {
-    let slm = model_runtime::model_files::DEFAULT_SLM;
-    let or_default = |given: &Vec<PathBuf>, default: PathBuf| if given.is_empty() { vec![default].into_iter().filter(|p| p.exists()).collect() } else { given.clone() };
-    let tf_paths = or_default(&args.labels, default_labels_path(slm));
-    let op_paths = or_default(&args.on_policy_labels, crate::labels_cmd::default_on_policy_path(slm));
-    let paths: Vec<(bool, PathBuf)> = tf_paths.into_iter().map(|p| (false, p)).chain(op_paths.into_iter().map(|p| (true, p))).collect();
-    if paths.is_empty() {
-        bail!("no labels: run `edge-node router-labels` (and `--on-policy`) first, or pass --labels / --on-policy-labels");
-    }
-    let mut header: Option<crate::labels_file::LabelsHeader> = None;
-    let mut items: Vec<(bool, LabelledItem)> = Vec::new();
-    for (on_policy, path) in &paths {
-        let f = LabelsFile::read(path)?;
-        if let Some(a) = &header {
-            let b = &f.header;
-            if (&a.slm_id, &a.tokenizer_fingerprint, &a.feature_spec, a.hidden_size) != (&b.slm_id, &b.tokenizer_fingerprint, &b.feature_spec, b.hidden_size) {
-                bail!("{} was labelled for another SLM or feature layout than {}", path.display(), paths[0].1.display());
-            }
-        } else {
-            header = Some(f.header.clone());
-        }
-        items.extend(f.items.into_iter().map(|i| (*on_policy, i)));
-    }
-    let Some(h) = header.as_ref() else { bail!("no labels files") };
-    let labels_path = PathBuf::from(paths.iter().map(|(_, p)| p.display().to_string()).collect::<Vec<_>>().join(","));
-    let width = feature_width(h.hidden_size);
-    type Tagged<'a> = Vec<(bool, &'a LabelledItem)>;
-    let (holdout, train): (Tagged, Tagged) =
-        items.iter().map(|(o, i)| (*o, i)).partition(|(_, i)| held_out(&i.id, args.holdout_pct));
-    if train.is_empty() || holdout.is_empty() {
-        bail!("{} has {} items: too few to hold some out (label more items)", labels_path.display(), items.len());
-    }
-    let tr = rows(&select(&train, None, args.on_policy_weight), width, true);
-    let ho_op = rows(&select(&holdout, Some(true), 1), width, true);
-    let ho_tf = rows(&select(&holdout, Some(false), 1), width, true);
-    // Select on the run-time distribution (on-policy) when there is enough of it.
-    let selection_on_policy = ho_op.y.iter().any(|&y| y < 0.5) && ho_op.y.iter().any(|&y| y > 0.5);
-    let ho = if selection_on_policy { &ho_op } else { &ho_tf };
-    let all = rows(&select(&holdout, None, 1), width, false);
-    let (n, m) = (tr.y.len(), ho.y.len());
-    if n == 0 || m == 0 || tr.y.iter().all(|&y| y > 0.5) || tr.y.iter().all(|&y| y < 0.5) {
-        bail!("{}: the labels need both classes in training and held-out data (train {n}, held-out {m} positions)", labels_path.display());
-    }
-    eprintln!(
-        "training on {n} positions (on-policy ones x{}) from {} items, holding out {} items; epochs selected on {m} {} positions",
-        args.on_policy_weight,
-        train.len(),
-        holdout.len(),
-        if selection_on_policy { "on-policy" } else { "teacher-forced" }
-    );
-    // Standardise with training statistics.
-    let mut mean = vec![0.0f64; width];
-    let mut var = vec![0.0f64; width];
-    for row in tr.x.chunks_exact(width) {
-        for (k, v) in row.iter().enumerate() {
-            mean[k] += *v as f64;
-        }
-    }
-    mean.iter_mut().for_each(|v| *v /= n as f64);
-    for row in tr.x.chunks_exact(width) {
-        for (k, v) in row.iter().enumerate() {
-            var[k] += (*v as f64 - mean[k]).powi(2);
-        }
-    }
-    let std: Vec<f32> = var.iter().map(|v| ((v / n as f64).sqrt() as f32).max(1e-3)).collect();
-    let mean: Vec<f32> = mean.iter().map(|&v| v as f32).collect();
-    let standardise = |x: &[f32]| -> Vec<f32> { x.chunks_exact(width).flat_map(|r| r.iter().zip(mean.iter().zip(&std)).map(|(v, (m, s))| (v - m) / s)).collect() };
-    let xtr = standardise(&tr.x);
-    let xho = Tensor::from_vec(standardise(&ho.x), (m, width), &Device::Cpu)?;
-    let yho = Tensor::from_vec(ho.y.clone(), (m, 1), &Device::Cpu)?;
+    let labels = Labels::read(&args)?;
+    let data = Dataset::split(&args, &labels)?;
+    let fit = train_mlp(&args, &data)?;
+    let report = TrainingReport::new(&args, &labels, &data, &fit)?;
+    let model = calibrate(&args, &labels, &data, &report, fit.weights)?;
+    let out = args.out.clone().unwrap_or_else(|| default_router_path(&labels.header.slm_id));
+    model.save(&out)?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    let tau7 = model.meta().calibration.tau_for_rate(0.07)?;
+    eprintln!("router -> {} (held-out AUC {:.4} vs top-prob {:.4}; tau for 7 % escalation: {tau7:.4})", out.display(), fit.auc, report.holdout_auc_top_prob);
+    Ok(())
+}
 
-    let dev = Device::Cpu;
-    let varmap = VarMap::new();
-    let vb = VarBuilder::from_varmap(&varmap, DType::F32, &dev);
-    let l1 = candle_nn::linear(width, args.hidden, vb.pp("l1"))?;
-    let l2 = candle_nn::linear(args.hidden, 1, vb.pp("l2"))?;
-    // candle's CPU generator cannot be seeded: initialise (and drop out) from our own seeded
-    // RNG so that a training run is reproducible.
-    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
-    {
-        let vars = varmap.data().lock().map_err(|_| anyhow::anyhow!("varmap lock poisoned"))?;
-        let mut names: Vec<&String> = vars.keys().collect();
-        names.sort();
-        for name in names {
-            let var = &vars[name];
-            let dims = var.dims().to_vec();
-            let fan_in = if name.starts_with("l1") { width } else { args.hidden };
-            let bound = 1.0 / (fan_in as f32).sqrt();
-            let values: Vec<f32> = (0..var.elem_count()).map(|_| rng.random_range(-bound..bound)).collect();
-            var.set(&Tensor::from_vec(values, dims, &dev)?)?;
+/// The labels files read together: one header they agree on, every item tagged with whether it
+/// came from an on-policy file.
+struct Labels {
+    header: crate::labels_file::LabelsHeader,
+    items: Vec<(bool, LabelledItem)>,
+    /// The files, comma separated (what the report names).
+    path: PathBuf,
+}
+
+impl Labels {
+    /// The files `--labels` and `--on-policy-labels` name (or the default SLM's, when present);
+    /// fails when they were labelled for different SLMs or feature layouts.
+    fn read(args: &TrainArgs) -> anyhow::Result<Self> {
+        let slm = model_runtime::model_files::DEFAULT_SLM;
+        let or_default = |given: &Vec<PathBuf>, default: PathBuf| if given.is_empty() { vec![default].into_iter().filter(|p| p.exists()).collect() } else { given.clone() };
+        let tf_paths = or_default(&args.labels, default_labels_path(slm));
+        let op_paths = or_default(&args.on_policy_labels, crate::labels_cmd::default_on_policy_path(slm));
+        let paths: Vec<(bool, PathBuf)> = tf_paths.into_iter().map(|p| (false, p)).chain(op_paths.into_iter().map(|p| (true, p))).collect();
+        if paths.is_empty() {
+            bail!("no labels: run `edge-node router-labels` (and `--on-policy`) first, or pass --labels / --on-policy-labels");
+        }
+        let mut header: Option<crate::labels_file::LabelsHeader> = None;
+        let mut items: Vec<(bool, LabelledItem)> = Vec::new();
+        for (on_policy, path) in &paths {
+            let f = LabelsFile::read(path)?;
+            if let Some(a) = &header {
+                let b = &f.header;
+                if (&a.slm_id, &a.tokenizer_fingerprint, &a.feature_spec, a.hidden_size) != (&b.slm_id, &b.tokenizer_fingerprint, &b.feature_spec, b.hidden_size) {
+                    bail!("{} was labelled for another SLM or feature layout than {}", path.display(), paths[0].1.display());
+                }
+            } else {
+                header = Some(f.header.clone());
+            }
+            items.extend(f.items.into_iter().map(|i| (*on_policy, i)));
+        }
+        let Some(header) = header else { bail!("no labels files") };
+        let path = PathBuf::from(paths.iter().map(|(_, p)| p.display().to_string()).collect::<Vec<_>>().join(","));
+        Ok(Self { header, items, path })
+    }
+}
+
+type Tagged<'a> = Vec<(bool, &'a LabelledItem)>;
+
+/// The items split into training and held-out ones, as feature rows, and which held-out set
+/// selects the epoch.
+struct Dataset<'a> {
+    width: usize,
+    train: Tagged<'a>,
+    holdout: Tagged<'a>,
+    /// Training positions with a label (on-policy ones repeated).
+    tr: Rows,
+    /// Held-out labelled positions, on-policy and teacher-forced.
+    ho_op: Rows,
+    ho_tf: Rows,
+    /// Every held-out position, labelled or not (calibration sees every token).
+    all: Rows,
+    selection_on_policy: bool,
+}
+
+impl<'a> Dataset<'a> {
+    fn split(args: &TrainArgs, labels: &'a Labels) -> anyhow::Result<Self> {
+        let width = feature_width(labels.header.hidden_size);
+        let (holdout, train): (Tagged, Tagged) =
+            labels.items.iter().map(|(o, i)| (*o, i)).partition(|(_, i)| held_out(&i.id, args.holdout_pct));
+        if train.is_empty() || holdout.is_empty() {
+            bail!("{} has {} items: too few to hold some out (label more items)", labels.path.display(), labels.items.len());
+        }
+        let tr = rows(&select(&train, None, args.on_policy_weight), width, true);
+        let ho_op = rows(&select(&holdout, Some(true), 1), width, true);
+        let ho_tf = rows(&select(&holdout, Some(false), 1), width, true);
+        // Select on the run-time distribution (on-policy) when there is enough of it.
+        let selection_on_policy = ho_op.y.iter().any(|&y| y < 0.5) && ho_op.y.iter().any(|&y| y > 0.5);
+        let all = rows(&select(&holdout, None, 1), width, false);
+        let data = Self { width, train, holdout, tr, ho_op, ho_tf, all, selection_on_policy };
+        let (n, m) = (data.tr.y.len(), data.selected().y.len());
+        if n == 0 || m == 0 || data.tr.y.iter().all(|&y| y > 0.5) || data.tr.y.iter().all(|&y| y < 0.5) {
+            bail!("{}: the labels need both classes in training and held-out data (train {n}, held-out {m} positions)", labels.path.display());
+        }
+        eprintln!(
+            "training on {n} positions (on-policy ones x{}) from {} items, holding out {} items; epochs selected on {m} {} positions",
+            args.on_policy_weight,
+            data.train.len(),
+            data.holdout.len(),
+            data.selected_on()
+        );
+        Ok(data)
+    }
+
+    /// The held-out positions that select the epoch.
+    fn selected(&self) -> &Rows {
+        if self.selection_on_policy {
+            &self.ho_op
+        } else {
+            &self.ho_tf
         }
     }
-    let params = candle_nn::ParamsAdamW { lr: args.lr, weight_decay: args.weight_decay, ..Default::default() };
-    let mut opt = candle_nn::AdamW::new(varmap.all_vars(), params)?;
-    let mut order: Vec<usize> = (0..n).collect();
-    let batch = 256usize;
-    let mut best: Option<(f64, usize, f64, MlpWeights)> = None;
-    for epoch in 1..=args.epochs {
-        order.shuffle(&mut rng);
-        let mut total = 0.0f64;
-        for idx in order.chunks(batch) {
-            let mut xb = Vec::with_capacity(idx.len() * width);
-            let mut yb = Vec::with_capacity(idx.len());
-            for &i in idx {
-                xb.extend_from_slice(&xtr[i * width..(i + 1) * width]);
-                yb.push(tr.y[i]);
-            }
-            let xs = Tensor::from_vec(xb, (idx.len(), width), &dev)?;
-            let ys = Tensor::from_vec(yb, (idx.len(), 1), &dev)?;
-            let hidden = l1.forward(&xs)?.relu()?;
-            let hidden = if args.dropout > 0.0 {
-                let keep = 1.0 - args.dropout;
-                let mask: Vec<f32> = (0..idx.len() * args.hidden).map(|_| if rng.random::<f32>() < keep { 1.0 / keep } else { 0.0 }).collect();
-                (hidden * Tensor::from_vec(mask, (idx.len(), args.hidden), &dev)?)?
-            } else {
-                hidden
-            };
-            let loss = bce_with_logits(&l2.forward(&hidden)?, &ys)?;
-            opt.backward_step(&loss)?;
-            total += loss.to_scalar::<f32>()? as f64 * idx.len() as f64;
+
+    /// The other held-out set, reported for comparison.
+    fn other(&self) -> &Rows {
+        if self.selection_on_policy {
+            &self.ho_tf
+        } else {
+            &self.ho_op
         }
-        let z = l2.forward(&l1.forward(&xho)?.relu()?)?;
+    }
+
+    fn selected_on(&self) -> &'static str {
+        if self.selection_on_policy {
+            "on-policy"
+        } else {
+            "teacher-forced"
+        }
+    }
+}
+
+/// Per-feature mean and standard deviation of the training rows (the model's input scaling).
+struct Standardiser {
+    width: usize,
+    mean: Vec<f32>,
+    std: Vec<f32>,
+}
+
+impl Standardiser {
+    fn fit(x: &[f32], width: usize) -> Self {
+        let n = x.len() / width;
+        let mut mean = vec![0.0f64; width];
+        let mut var = vec![0.0f64; width];
+        for row in x.chunks_exact(width) {
+            for (k, v) in row.iter().enumerate() {
+                mean[k] += *v as f64;
+            }
+        }
+        mean.iter_mut().for_each(|v| *v /= n as f64);
+        for row in x.chunks_exact(width) {
+            for (k, v) in row.iter().enumerate() {
+                var[k] += (*v as f64 - mean[k]).powi(2);
+            }
+        }
+        let std: Vec<f32> = var.iter().map(|v| ((v / n as f64).sqrt() as f32).max(1e-3)).collect();
+        let mean: Vec<f32> = mean.iter().map(|&v| v as f32).collect();
+        Self { width, mean, std }
+    }
+
+    fn apply(&self, x: &[f32]) -> Vec<f32> {
+        x.chunks_exact(self.width).flat_map(|r| r.iter().zip(self.mean.iter().zip(&self.std)).map(|(v, (m, s))| (v - m) / s)).collect()
+    }
+}
+
+/// The epoch with the best held-out AUC: its weights and scores.
+struct Fit {
+    auc: f64,
+    epoch: usize,
+    bce: f64,
+    weights: MlpWeights,
+}
+
+/// The two-layer MLP being trained, its variables initialised from a seeded RNG.
+struct Mlp {
+    varmap: VarMap,
+    l1: candle_nn::Linear,
+    l2: candle_nn::Linear,
+}
+
+impl Mlp {
+    fn new(width: usize, hidden: usize, rng: &mut rand::rngs::StdRng) -> anyhow::Result<Self> {
+        let dev = Device::Cpu;
+        let varmap = VarMap::new();
+        let vb = VarBuilder::from_varmap(&varmap, DType::F32, &dev);
+        let l1 = candle_nn::linear(width, hidden, vb.pp("l1"))?;
+        let l2 = candle_nn::linear(hidden, 1, vb.pp("l2"))?;
+        // candle's CPU generator cannot be seeded: initialise (and drop out) from our own seeded
+        // RNG so that a training run is reproducible.
+        {
+            let vars = varmap.data().lock().map_err(|_| anyhow::anyhow!("varmap lock poisoned"))?;
+            let mut names: Vec<&String> = vars.keys().collect();
+            names.sort();
+            for name in names {
+                let var = &vars[name];
+                let dims = var.dims().to_vec();
+                let fan_in = if name.starts_with("l1") { width } else { hidden };
+                let bound = 1.0 / (fan_in as f32).sqrt();
+                let values: Vec<f32> = (0..var.elem_count()).map(|_| rng.random_range(-bound..bound)).collect();
+                var.set(&Tensor::from_vec(values, dims, &dev)?)?;
+            }
+        }
+        Ok(Self { varmap, l1, l2 })
+    }
+
+    /// Logits without dropout.
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        self.l2.forward(&self.l1.forward(x)?.relu()?)
+    }
+
+    /// The weights as the router file stores them, with the input scaling.
+    fn weights(&self, scale: &Standardiser) -> anyhow::Result<MlpWeights> {
+        let w1: Vec<f32> = self.l1.weight().flatten_all()?.to_vec1()?;
+        let b1: Vec<f32> = self.l1.bias().context("l1 bias")?.to_vec1()?;
+        let w2: Vec<f32> = self.l2.weight().flatten_all()?.to_vec1()?;
+        let b2: f32 = self.l2.bias().context("l2 bias")?.to_vec1::<f32>()?[0];
+        Ok(MlpWeights { mean: scale.mean.clone(), std: scale.std.clone(), w1, b1, w2, b2 })
+    }
+}
+
+/// Trains for `--epochs` with AdamW on standardised rows; keeps the epoch with the best AUC on
+/// the selected held-out set.
+fn train_mlp(args: &TrainArgs, data: &Dataset) -> anyhow::Result<Fit> {
+    let (width, ho) = (data.width, data.selected());
+    let (n, m) = (data.tr.y.len(), ho.y.len());
+    let scale = Standardiser::fit(&data.tr.x, width);
+    let xho = Tensor::from_vec(scale.apply(&ho.x), (m, width), &Device::Cpu)?;
+    let yho = Tensor::from_vec(ho.y.clone(), (m, 1), &Device::Cpu)?;
+    let mut trainer = Trainer::new(args, data, &scale)?;
+    let mut best: Option<Fit> = None;
+    for epoch in 1..=args.epochs {
+        let total = trainer.epoch()?;
+        let z = trainer.mlp.forward(&xho)?;
         let bce = bce_with_logits(&z, &yho)?.to_scalar::<f32>()? as f64;
         let scores: Vec<f32> = z.squeeze(D::Minus1)?.to_vec1()?;
         let a = auc(&scores, &ho.y);
         eprintln!("epoch {epoch:>3}: train bce {:.4}, held-out bce {bce:.4}, held-out AUC {a:.4}", total / n as f64);
-        if best.as_ref().is_none_or(|b| a > b.0) {
-            let w1: Vec<f32> = l1.weight().flatten_all()?.to_vec1()?;
-            let b1: Vec<f32> = l1.bias().context("l1 bias")?.to_vec1()?;
-            let w2: Vec<f32> = l2.weight().flatten_all()?.to_vec1()?;
-            let b2: f32 = l2.bias().context("l2 bias")?.to_vec1::<f32>()?[0];
-            best = Some((a, epoch, bce, MlpWeights { mean: mean.clone(), std: std.clone(), w1, b1, w2, b2 }));
+        if best.as_ref().is_none_or(|b| a > b.auc) {
+            best = Some(Fit { auc: a, epoch, bce, weights: trainer.mlp.weights(&scale)? });
         }
     }
-    let (best_auc, best_epoch, best_bce, weights) = best.context("no epochs were run (--epochs 0)")?;
+    best.context("no epochs were run (--epochs 0)")
+}
 
-    let report = TrainingReport {
-        labels_file: labels_path.display().to_string(),
-        llm_id: h.llm_id.clone(),
-        items: items.len(),
-        teacher_forced_items: items.iter().filter(|(o, _)| !o).count(),
-        on_policy_items: items.iter().filter(|(o, _)| *o).count(),
-        on_policy_weight: args.on_policy_weight,
-        selected_on: if selection_on_policy { "on-policy" } else { "teacher-forced" },
-        train_items: train.len(),
-        holdout_items: holdout.len(),
-        train_positions: n,
-        holdout_labelled_positions: m,
-        holdout_all_positions: all.y.len(),
-        dropped_both_wrong: items.iter().flat_map(|(_, i)| &i.positions).filter(|p| p.label().is_none()).count(),
-        share_label_1: tr.y.iter().filter(|&&y| y > 0.5).count() as f64 / n as f64,
-        best_epoch,
-        holdout_auc_mlp: best_auc,
-        holdout_auc_top_prob: auc(&ho.top_prob, &ho.y),
-        holdout_auc_neg_entropy: auc(&ho.entropy.iter().map(|e| -e).collect::<Vec<_>>(), &ho.y),
-        other_holdout_auc_mlp: {
-            let other = if selection_on_policy { &ho_tf } else { &ho_op };
-            let mut probe = MlpRouterModel::new(probe_meta(h, width, args.hidden), weights.clone())?;
-            let scores: Vec<f32> = other.x.chunks_exact(width).map(|f| probe.confidence(&f[..width - 2], f[width - 2], f[width - 1])).collect();
-            auc(&scores, &other.y)
-        },
-        other_holdout_auc_top_prob: auc(&(if selection_on_policy { &ho_tf } else { &ho_op }).top_prob, &(if selection_on_policy { &ho_tf } else { &ho_op }).y),
-        holdout_bce: best_bce,
-        hidden: args.hidden,
-        epochs: args.epochs,
-        lr: args.lr,
-        weight_decay: args.weight_decay,
-        dropout: args.dropout,
-        seed: args.seed,
-    };
+/// The state of a training run: the model, its optimiser, the one seeded RNG (initialisation,
+/// shuffling and dropout draw from it in that order) and the standardised training rows.
+struct Trainer<'a> {
+    mlp: Mlp,
+    opt: candle_nn::AdamW,
+    rng: rand::rngs::StdRng,
+    xtr: Vec<f32>,
+    ytr: &'a [f32],
+    order: Vec<usize>,
+    width: usize,
+    hidden: usize,
+    dropout: f32,
+}
+
+impl<'a> Trainer<'a> {
+    fn new(args: &TrainArgs, data: &'a Dataset, scale: &Standardiser) -> anyhow::Result<Self> {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+        let mlp = Mlp::new(data.width, args.hidden, &mut rng)?;
+        let params = candle_nn::ParamsAdamW { lr: args.lr, weight_decay: args.weight_decay, ..Default::default() };
+        let opt = candle_nn::AdamW::new(mlp.varmap.all_vars(), params)?;
+        let order = (0..data.tr.y.len()).collect();
+        Ok(Self { mlp, opt, rng, xtr: scale.apply(&data.tr.x), ytr: &data.tr.y, order, width: data.width, hidden: args.hidden, dropout: args.dropout })
+    }
+
+    /// One pass over the shuffled training rows in batches, with dropout on the hidden layer;
+    /// returns the loss summed over positions.
+    fn epoch(&mut self) -> anyhow::Result<f64> {
+        const BATCH: usize = 256;
+        let (dev, width) = (Device::Cpu, self.width);
+        self.order.shuffle(&mut self.rng);
+        let mut total = 0.0f64;
+        for idx in self.order.chunks(BATCH) {
+            let mut xb = Vec::with_capacity(idx.len() * width);
+            let mut yb = Vec::with_capacity(idx.len());
+            for &i in idx {
+                xb.extend_from_slice(&self.xtr[i * width..(i + 1) * width]);
+                yb.push(self.ytr[i]);
+            }
+            let xs = Tensor::from_vec(xb, (idx.len(), width), &dev)?;
+            let ys = Tensor::from_vec(yb, (idx.len(), 1), &dev)?;
+            let hidden = self.mlp.l1.forward(&xs)?.relu()?;
+            let hidden = if self.dropout > 0.0 {
+                let keep = 1.0 - self.dropout;
+                let mask: Vec<f32> = (0..idx.len() * self.hidden).map(|_| if self.rng.random::<f32>() < keep { 1.0 / keep } else { 0.0 }).collect();
+                (hidden * Tensor::from_vec(mask, (idx.len(), self.hidden), &dev)?)?
+            } else {
+                hidden
+            };
+            let loss = bce_with_logits(&self.mlp.l2.forward(&hidden)?, &ys)?;
+            self.opt.backward_step(&loss)?;
+            total += loss.to_scalar::<f32>()? as f64 * idx.len() as f64;
+        }
+        Ok(total)
+    }
+}
+
+impl TrainingReport {
+    fn new(args: &TrainArgs, labels: &Labels, data: &Dataset, fit: &Fit) -> anyhow::Result<Self> {
+        let (items, width, ho, other) = (&labels.items, data.width, data.selected(), data.other());
+        let (n, m) = (data.tr.y.len(), ho.y.len());
+        let mut probe = MlpRouterModel::new(probe_meta(&labels.header, width, args.hidden), fit.weights.clone())?;
+        let other_scores: Vec<f32> = other.x.chunks_exact(width).map(|f| probe.confidence(&f[..width - 2], f[width - 2], f[width - 1])).collect();
+        Ok(Self {
+            labels_file: labels.path.display().to_string(),
+            llm_id: labels.header.llm_id.clone(),
+            items: items.len(),
+            teacher_forced_items: items.iter().filter(|(o, _)| !o).count(),
+            on_policy_items: items.iter().filter(|(o, _)| *o).count(),
+            on_policy_weight: args.on_policy_weight,
+            selected_on: data.selected_on(),
+            train_items: data.train.len(),
+            holdout_items: data.holdout.len(),
+            train_positions: n,
+            holdout_labelled_positions: m,
+            holdout_all_positions: data.all.y.len(),
+            dropped_both_wrong: items.iter().flat_map(|(_, i)| &i.positions).filter(|p| p.label().is_none()).count(),
+            share_label_1: data.tr.y.iter().filter(|&&y| y > 0.5).count() as f64 / n as f64,
+            best_epoch: fit.epoch,
+            holdout_auc_mlp: fit.auc,
+            holdout_auc_top_prob: auc(&ho.top_prob, &ho.y),
+            holdout_auc_neg_entropy: auc(&ho.entropy.iter().map(|e| -e).collect::<Vec<_>>(), &ho.y),
+            other_holdout_auc_mlp: auc(&other_scores, &other.y),
+            other_holdout_auc_top_prob: auc(&other.top_prob, &other.y),
+            holdout_bce: fit.bce,
+            hidden: args.hidden,
+            epochs: args.epochs,
+            lr: args.lr,
+            weight_decay: args.weight_decay,
+            dropout: args.dropout,
+            seed: args.seed,
+        })
+    }
+}
+
+/// The router with its tau tables: calibrated with the model exactly as the edge runs it, on the
+/// SLM's own answers to `--calibration-items` prompts, or on the held-out positions when 0.
+fn calibrate(args: &TrainArgs, labels: &Labels, data: &Dataset, report: &TrainingReport, weights: MlpWeights) -> anyhow::Result<MlpRouterModel> {
+    let (h, width, all) = (&labels.header, data.width, &data.all);
     let meta = RouterMeta {
         format: FORMAT_VERSION,
         slm_id: h.slm_id.clone(),
@@ -379,13 +548,12 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         mlp_hidden: args.hidden,
         calibration: Calibration::default(),
         confidence_calibration: Calibration::from_confidences(&all.top_prob, &Calibration::default_rates()),
-        training: serde_json::to_value(&report)?,
+        training: serde_json::to_value(report)?,
     };
     let mut model = MlpRouterModel::new(meta.clone(), weights)?;
-    // Calibrate with the model exactly as the edge runs it.
     let (confidences, top_probs, source) = if args.calibration_items > 0 {
-        let labelled: std::collections::HashSet<&str> = items.iter().map(|(_, i)| i.id.as_str()).collect();
-        let chosen = calibration_prompts(&args, &labelled)?;
+        let labelled: std::collections::HashSet<&str> = labels.items.iter().map(|(_, i)| i.id.as_str()).collect();
+        let chosen = calibration_prompts(args, &labelled)?;
         let (c, t) = on_policy_scores(&h.slm_id, &chosen, &mut model)?;
         let names: Vec<String> = args.calibration_tasks.iter().map(|t| t.name()).collect();
         (c, t, format!("SLM greedy answers to {} training prompts not used for labels ({}; {})", chosen.len(), names.join(", "), args.calibration_data.display()))
@@ -403,13 +571,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         training,
         ..meta
     };
-    let model = MlpRouterModel::new(meta, model.weights().clone())?;
-    let out = args.out.clone().unwrap_or_else(|| default_router_path(&h.slm_id));
-    model.save(&out)?;
-    println!("{}", serde_json::to_string_pretty(&report)?);
-    let tau7 = model.meta().calibration.tau_for_rate(0.07)?;
-    eprintln!("router -> {} (held-out AUC {:.4} vs top-prob {:.4}; tau for 7 % escalation: {tau7:.4})", out.display(), best_auc, report.holdout_auc_top_prob);
-    Ok(())
+    Ok(MlpRouterModel::new(meta, model.weights().clone())?)
 }
 
 /// Metadata for scoring only (no calibration yet).
@@ -427,9 +589,6 @@ fn probe_meta(h: &crate::labels_file::LabelsHeader, width: usize, hidden: usize)
     }
 }
 
-/// Router confidences and top probabilities at every position of the SLM's own greedy
-/// answers (same prompt format and stop rule as the evaluation) to up to `n` prompts taken
-/// from the end of `data`, skipping labelled ones.
 /// The calibration prompts: `--calibration-items` shared equally among `--calibration-tasks`,
 /// each task's last items first, none whose positions were labelled.
 fn calibration_prompts(args: &TrainArgs, skip: &std::collections::HashSet<&str>) -> anyhow::Result<Vec<crate::tasks::TaskItem>> {
