@@ -155,6 +155,12 @@ impl LinkHealth {
         &self.policy
     }
 
+    /// Replace the settings (a router bundle's deadlines), keeping what was learned of the
+    /// link and the gateway.
+    pub fn set_policy(&mut self, policy: DeadlinePolicy) {
+        self.policy = policy;
+    }
+
     /// Whether a hard token may be escalated now (false = decide locally).
     pub fn may_escalate(&self, now: Instant) -> bool {
         self.local_until.is_none_or(|t| now >= t)

@@ -11,6 +11,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use common::sampling::SamplingParams;
+use edge_node::bundles::RoutingAsk;
 use model_runtime::chat::render_turns;
 use model_runtime::{fit_prompt, PromptPolicy};
 use serde_json::Value;
@@ -69,6 +70,7 @@ struct Plan {
     mode: Mode,
     tau: f32,
     rate_control: Option<RateControl>,
+    routing: RoutingAsk,
 }
 
 async fn answer(s: &Arc<AppState>, inputs: Vec<Input>, p: Params, kind: Kind, echo: bool) -> Result<Response, ApiError> {
@@ -125,6 +127,11 @@ fn plan(s: &AppState, p: &Params) -> Result<Plan, ApiError> {
     if mode != Mode::Local && !s.has_gateway {
         return Err(ApiError::invalid("this server has no gateway (--gateway): only `local` mode is available", Some("duet.mode")));
     }
+    let routing = match (p.duet.tau, p.duet.escalation_rate) {
+        (Some(t), _) => RoutingAsk::Tau(t),
+        (None, Some(r)) => RoutingAsk::Rate(r),
+        (None, None) => RoutingAsk::Default,
+    };
     let (tau, rate_control) = match (p.duet.tau, p.duet.escalation_rate) {
         (Some(_), Some(_)) => return Err(ApiError::invalid("give `duet.tau` or `duet.escalation_rate`, not both", Some("duet"))),
         (Some(t), None) if (0.0..=1.0).contains(&t) => (t, None),
@@ -143,7 +150,7 @@ fn plan(s: &AppState, p: &Params) -> Result<Plan, ApiError> {
         },
         (None, None) => (s.default_tau, s.default_rate_control),
     };
-    Ok(Plan { max_tokens, sampling, mode, tau, rate_control })
+    Ok(Plan { max_tokens, sampling, mode, tau, rate_control, routing })
 }
 
 /// Queue one generation; 429 at once when the queue is full.
@@ -151,7 +158,7 @@ fn submit(s: &AppState, plan: &Plan, prompt: &[u32], stops: Vec<String>, seed: O
     let (events, rx) = mpsc::unbounded_channel();
     let room = s.max_context.saturating_sub(prompt.len());
     let sampling = SamplingParams { seed, ..plan.sampling };
-    let job = Job { prompt: prompt.to_vec(), max_tokens: plan.max_tokens.min(room), sampling, stops, mode: plan.mode, tau: plan.tau, rate_control: plan.rate_control, scoring, events };
+    let job = Job { prompt: prompt.to_vec(), max_tokens: plan.max_tokens.min(room), sampling, stops, mode: plan.mode, tau: plan.tau, rate_control: plan.rate_control, routing: plan.routing, scoring, events };
     if s.jobs.try_send(job).is_err() {
         metrics::counter!("duet_edge_serve_requests_rejected_total").increment(1);
         return Err(ApiError {

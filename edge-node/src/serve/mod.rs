@@ -33,6 +33,8 @@ use anyhow::Context;
 use clap::Args;
 use common::exchange::LinkHealth;
 use edge_node::args::{build_router_with_calibration, connect, deadline_policy, rate_controller, CloudArgs, ModelArgs};
+use edge_node::bundles::{self, AgentConfig, BundleArgs, DeviceCounters, DeviceTarget};
+use edge_node::shipped_router::DEFAULT_ESCALATION_RATE;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use tokio::sync::mpsc;
 
@@ -57,6 +59,8 @@ pub struct ServeArgs {
     pub mode: ModeArg,
     #[command(flatten)]
     pub cloud: CloudArgs,
+    #[command(flatten)]
+    pub bundles: BundleArgs,
 }
 
 /// `--mode`.
@@ -84,6 +88,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let (router, tau, calibration) = build_router_with_calibration(&args.cloud, &lm, &tok)?;
     let default_rate_control = rate_controller(&args.cloud, calibration.as_ref())?;
     let model_id = lm.manifest().id.clone();
+    // With --bundle-key, the rollout's router bundle replaces --router: the last good one on
+    // disk from the first generation, a newer one as soon as the agent accepts it.
+    let bundle_key = args.bundles.key()?;
+    let target = DeviceTarget { slm_id: model_id.clone(), tokenizer_fingerprint: tok.fingerprint().to_string(), hidden_size: lm.manifest().hidden_size };
+    let initial_bundle = bundles::load_last_good(&args.bundles.dir(), bundle_key.as_ref(), &target);
     let max_context = lm.max_context();
     let cache = lm.new_cache(None)?;
     let tok = Arc::new(tok);
@@ -104,7 +113,20 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         };
         let (jobs, queue) = mpsc::channel(usize::from(args.queue));
         let gateway = args.cloud.gateway.clone().zip(link.clone());
-        let worker = worker::Worker {
+        let counters = Arc::new(DeviceCounters::default());
+        let updates = link.clone().map(|link| {
+            let config = AgentConfig { key: bundle_key, dir: args.bundles.dir(), poll: Duration::from_millis(args.bundles.bundle_poll_ms), target };
+            bundles::spawn(link, config, initial_bundle.clone(), counters.clone())
+        });
+        let bundles = worker::Bundles {
+            updates,
+            active: None,
+            speculate: args.cloud.speculate,
+            policy: deadline_policy(&args.cloud),
+            default_rate: args.cloud.escalation_rate.unwrap_or(DEFAULT_ESCALATION_RATE),
+            counters,
+        };
+        let mut worker = worker::Worker {
             lm,
             cache,
             tok: tok.clone(),
@@ -115,7 +137,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             presync: !args.cloud.no_presync,
             rate_mode: args.cloud.rate_control,
             carried: None,
+            bundles,
         };
+        if let Some(b) = initial_bundle {
+            worker.use_bundle(Arc::new(b));
+        }
         tokio::spawn(worker.run(queue));
         let state = Arc::new(http::AppState {
             jobs,

@@ -25,7 +25,8 @@ use edge_node::args::RateControlMode;
 use edge_node::decode::{decode, DecodeParams, DecodeStats, Emitted, FinishReason, NoCloud, OnnxSlm, RateControl, TokenSource};
 use edge_node::link::{next_session_id, Link};
 use edge_node::link_cloud::LinkCloud;
-use edge_node::router::Router;
+use edge_node::bundles::{bundle_routing, ActiveBundle, DeviceCounters, RoutingAsk};
+use edge_node::router::{MlpRouter, Router};
 
 /// How one request is routed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,6 +57,8 @@ pub struct Job {
     /// A fresh controller for the rate the request asked for (the worker may carry its own
     /// instead), or none for a fixed tau.
     pub rate_control: Option<RateControl>,
+    /// What the request asked for (a router bundle's calibration maps it again).
+    pub routing: RoutingAsk,
     /// Logprobs to compute after the answer, if asked.
     pub scoring: Option<Scoring>,
     /// Where the job's events go; closed = the client left.
@@ -127,6 +130,25 @@ pub struct Worker {
     pub rate_mode: RateControlMode,
     /// The controller the last controlled request ended with.
     pub carried: Option<RateControl>,
+    /// Router bundles: what the agent switched to, and what they override.
+    pub bundles: Bundles,
+}
+
+/// The worker's router bundles: the agent's latest (taken between generations), the one in
+/// use, and the flags' values a bundle's settings replace.
+pub struct Bundles {
+    /// Bundles the agent accepted (none: no gateway, so no agent).
+    pub updates: Option<tokio::sync::watch::Receiver<Option<Arc<ActiveBundle>>>>,
+    /// The bundle in use.
+    pub active: Option<Arc<ActiveBundle>>,
+    /// `--speculate`.
+    pub speculate: usize,
+    /// The deadline flags.
+    pub policy: common::exchange::DeadlinePolicy,
+    /// `--escalation-rate`, or its default.
+    pub default_rate: f32,
+    /// Escalation and fallback counts the agent reports.
+    pub counters: Arc<DeviceCounters>,
 }
 
 impl Worker {
@@ -142,7 +164,54 @@ impl Worker {
         }
     }
 
+    /// Use `bundle` from the next generation on: its router, speculation and deadlines.
+    pub fn use_bundle(&mut self, bundle: Arc<ActiveBundle>) {
+        let s = bundle.settings;
+        self.router = Box::new(MlpRouter::from_model(bundle.router.clone()));
+        self.speculate = s.speculate.map_or(self.bundles.speculate, |n| n as usize);
+        let mut policy = self.bundles.policy;
+        if let Some(ms) = s.deadline_min_ms {
+            policy.min = std::time::Duration::from_millis(u64::from(ms));
+        }
+        if let Some(ms) = s.deadline_max_ms {
+            policy.max = std::time::Duration::from_millis(u64::from(ms));
+        }
+        policy.max = policy.max.max(policy.min);
+        self.health.set_policy(policy);
+        // What the controller learned belongs to the old router's confidences.
+        self.carried = None;
+        tracing::info!(bundle = %bundle.reference.version, "generations now run router bundle {}", bundle.reference.version);
+        self.bundles.active = Some(bundle);
+    }
+
+    /// Between generations: switch to the bundle the agent accepted meanwhile, if any.
+    fn take_bundle_update(&mut self) {
+        let Some(rx) = self.bundles.updates.as_mut() else { return };
+        if !rx.has_changed().unwrap_or(false) {
+            return;
+        }
+        let latest = rx.borrow_and_update().clone();
+        if let Some(b) = latest {
+            self.use_bundle(b);
+        }
+    }
+
+    /// The job's tau and rate controller under the bundle in use (the job's own without one).
+    fn routing(&self, job: &Job) -> (f32, Option<RateControl>) {
+        let Some(b) = &self.bundles.active else { return (job.tau, job.rate_control) };
+        let steer = self.rate_mode != RateControlMode::Off;
+        match bundle_routing(job.routing, &b.settings, &b.router.meta().calibration, self.bundles.default_rate, steer) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!("bundle {} routing: {e}; using the request's", b.reference.version);
+                (job.tau, job.rate_control)
+            }
+        }
+    }
+
     async fn serve(&mut self, job: Job) {
+        self.take_bundle_update();
+        let (job_tau, job_rate_control) = self.routing(&job);
         let events = job.events.clone();
         let stop_tokens = self.lm.stop_tokens().to_vec();
         let mut emitter = Emitter {
@@ -169,10 +238,10 @@ impl Worker {
                 decode(&mut slm, router, &mut NoCloud, &job.prompt, params, |e| emitter.on_token(e)).await
             }
             (mode, Some(link)) => {
-                let tau = if mode == Mode::Cloud { 1.0 } else { job.tau };
+                let tau = if mode == Mode::Cloud { 1.0 } else { job_tau };
                 let health = std::mem::replace(&mut self.health, LinkHealth::new(Default::default(), Default::default()));
                 let mut cloud = LinkCloud::new(link, next_session_id(), WireSampling::from(job.sampling), health, self.presync).with_speculation(self.speculate);
-                let rate_control = if mode == Mode::Cloud { None } else { self.rate_mode.session(job.rate_control, self.carried) };
+                let rate_control = if mode == Mode::Cloud { None } else { self.rate_mode.session(job_rate_control, self.carried) };
                 let params = DecodeParams { max_new_tokens: job.max_tokens, tau, rate_control };
                 let r = decode(&mut slm, router, &mut cloud, &job.prompt, params, |e| emitter.on_token(e)).await;
                 self.health = cloud.into_health();
@@ -193,6 +262,7 @@ impl Worker {
         };
         metrics::counter!("duet_edge_serve_tokens_total").increment(stats.tokens as u64);
         metrics::counter!("duet_edge_serve_tokens_escalated_total").increment(stats.routing.escalated as u64);
+        self.bundles.counters.add(stats.routing.escalated, stats.routing.fallbacks);
         if emitter.client_gone {
             metrics::counter!("duet_edge_serve_requests_cancelled_total").increment(1);
             return;
