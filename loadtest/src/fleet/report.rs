@@ -48,6 +48,20 @@ pub struct Blackouts {
     pub served_2s_after_n: u64,
 }
 
+impl Blackouts {
+    /// Both "service back after a blackout" figures, each with what it counts.
+    pub fn service_back(&self) -> String {
+        format!(
+            "service back 2 s after a blackout: {:.1} % of {} first escalations 2 s or more after its end got a cloud token; \
+             first cloud token within 2 s of its end: {:.1} % of {} devices that escalated within 0.5 s of it",
+            self.served_2s_after * 100.0,
+            self.served_2s_after_n,
+            self.resumed_within_2s * 100.0,
+            self.resumed + self.not_resumed
+        )
+    }
+}
+
 /// What the devices of one group saw.
 #[derive(Debug, Clone, Serialize)]
 pub struct GroupReport {
@@ -381,7 +395,7 @@ impl FleetReport {
             .profiles
             .iter()
             .map(|p| {
-                format!(
+                let line = format!(
                     "{}: {} dev, ITL p99 {:.0} ms, esc RTT p50/p99 {:.1}/{:.1} ms, goodput {:.3}, fallback {:.3}, busy {:.3}, {:.2}x local",
                     p.profile,
                     p.devices,
@@ -392,7 +406,11 @@ impl FleetReport {
                     p.fallback_rate,
                     p.busy_rate,
                     p.vs_local_only.unwrap_or(0.0)
-                )
+                );
+                match &p.blackouts {
+                    Some(b) => format!("{line}, {}", b.service_back()),
+                    None => line,
+                }
             })
             .collect();
         format!(
@@ -405,5 +423,26 @@ impl FleetReport {
             self.correctness.violations,
             per.join(" | ")
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_service_back_figures_are_printed_with_their_counts() {
+        // BENCHMARKS' flapping run: 98.7 % of 1,869 served 2 s after, 52 % resumed within 2 s.
+        let b = Blackouts {
+            resumed: 900,
+            not_resumed: 100,
+            resume_ms: Summary::default(),
+            resumed_within_2s: 0.52,
+            served_2s_after: 0.987,
+            served_2s_after_n: 1869,
+        };
+        let s = b.service_back();
+        assert!(s.contains("98.7 % of 1869 first escalations 2 s or more after its end"), "{s}");
+        assert!(s.contains("52.0 % of 1000 devices that escalated within 0.5 s"), "{s}");
     }
 }
