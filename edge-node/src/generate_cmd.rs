@@ -73,6 +73,8 @@ struct Report<'a> {
     top_probs: Vec<Option<f32>>,
     /// Per token: ms since the previous one (the first: since decoding started, prefill included).
     token_ms: Vec<f64>,
+    /// Per escalation the cloud answered: ms from asking to the answer, in order.
+    escalation_ms: Vec<f64>,
     pieces: Vec<Piece>,
     #[serde(flatten)]
     stats: DecodeStats,
@@ -225,6 +227,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             sources: printer.sources,
             top_probs: printer.top_probs,
             token_ms: printer.token_ms,
+            escalation_ms: stats.escalation_latencies().to_vec(),
             pieces: printer.pieces,
             stats,
             peak_rss_mib: peak_rss_mib(),

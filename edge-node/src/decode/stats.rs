@@ -117,6 +117,7 @@ pub struct DecodeStats {
     pub escalation_latency_ms_p99: f64,
     #[serde(skip)]
     pub(crate) token_latencies: Vec<f64>,
+    /// Per escalation the cloud answered: ms from asking to the answer, in order.
     #[serde(skip)]
     pub(crate) escalation_latencies: Vec<f64>,
     /// Frame bytes of each escalation, in order (filled by the cloud).
@@ -166,6 +167,11 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 impl DecodeStats {
+    /// Per escalation the cloud answered: ms from asking to the answer, in order.
+    pub fn escalation_latencies(&self) -> &[f64] {
+        &self.escalation_latencies
+    }
+
     /// Add another sequence's counters (totals over an evaluation).
     pub fn add_counts(&mut self, other: &DecodeStats) {
         self.tokens += other.tokens;
@@ -184,7 +190,8 @@ impl DecodeStats {
         self.token_latency_ms_p50 = percentile(&t, 0.5);
         self.token_latency_ms_p90 = percentile(&t, 0.9);
         self.token_latency_ms_p99 = percentile(&t, 0.99);
-        let mut e = std::mem::take(&mut self.escalation_latencies);
+        // Kept in arrival order (`generate --json` lists them); sorted in a copy.
+        let mut e = self.escalation_latencies.clone();
         e.sort_by(f64::total_cmp);
         self.escalation_latency_ms_p50 = percentile(&e, 0.5);
         self.escalation_latency_ms_p99 = percentile(&e, 0.99);
