@@ -33,7 +33,10 @@ def joined(out, task):
             if r["run"].startswith("router@"):
                 runs.append(dict(r, run="mixed-router@" + r["run"].split("@", 1)[1]))
         items.append({"id": id_, "runs": runs})
-    return items
+    # Paired comparisons need every run on every item: keep the items all runs reached (a run
+    # still going, or resumed with fewer items, would otherwise be compared on other items).
+    names = {r["run"] for i in items for r in i["runs"]}
+    return [i for i in items if {r["run"] for r in i["runs"]} == names]
 
 
 def main():
