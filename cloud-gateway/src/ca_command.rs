@@ -97,6 +97,9 @@ pub fn run(argv: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
         eprintln!("warning: `cloud-gateway fleet` is now `cloud-gateway ca`; the old name goes in the next release");
     }
     let args = CaArgs::parse_from(argv);
+    if common::config_file::parse_only() {
+        return Ok(());
+    }
     match args.command {
         CaCommand::InitCa { dir, name, days } => {
             let cert = init_ca(&dir, &name, days)?;

@@ -117,6 +117,9 @@ fn unix_now() -> u64 {
 /// Run `cloud-gateway fleet` with `argv` (its first element is `fleet`).
 pub fn run(argv: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
     let args = FleetArgs::parse_from(argv);
+    if common::config_file::parse_only() {
+        return Ok(());
+    }
     match args.command {
         FleetCommand::Bundle { router, bundle_version, signing_key, out, slm, tokenizer_fingerprint, escalation_rate, tau, deadline_min_ms, deadline_max_ms, speculate } => {
             let (file_slm, file_fp) = router_file_target(&router)?;

@@ -17,6 +17,9 @@ async fn main() -> anyhow::Result<()> {
         return cloud_gateway::ca_command::run(argv[1..].to_vec());
     }
     let args = GatewayArgs::from_argv(argv)?;
+    if common::config_file::parse_only() {
+        return Ok(());
+    }
     if args.check {
         print!("{}", args.check_report()?);
         return Ok(());

@@ -145,6 +145,14 @@ fn flag(key: &str, value: &toml::Value) -> Option<OsString> {
     Some(format!("--{key}={v}").into())
 }
 
+/// Whether `DUET_PARSE_ONLY=1` is set: the binaries (`edge-node`, `cloud-gateway`, `loadtest`,
+/// `router-lab`) then parse their whole command line, subcommand included, and exit 0 without
+/// doing anything or printing anything (a bad flag still fails as usual). `deploy/check/docs-drift`
+/// runs every command the documentation quotes this way.
+pub fn parse_only() -> bool {
+    std::env::var_os("DUET_PARSE_ONLY").is_some_and(|v| v == "1")
+}
+
 /// The `--config` value in `argv` (or `DUET_CONFIG`), before clap parses anything.
 pub fn find(argv: &[OsString]) -> Option<std::path::PathBuf> {
     let mut it = argv.iter().map(|a| a.to_string_lossy().to_string());

@@ -46,6 +46,9 @@ fn main() -> anyhow::Result<()> {
         Some(file) => Cli::parse_from(common::config_file::strip(common::config_file::expand(&<Cli as clap::CommandFactory>::command(), argv, &file)?)),
         None => Cli::parse_from(argv),
     };
+    if common::config_file::parse_only() {
+        return Ok(());
+    }
     // Kept to the end: dropping it exports the spans still buffered.
     let _telemetry = common::telemetry::init(&cli.log, cli.otlp_endpoint.as_deref(), "edge-node")?;
     match cli.command {

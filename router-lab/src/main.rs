@@ -49,6 +49,9 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if common::config_file::parse_only() {
+        return Ok(());
+    }
     common::telemetry::init_logging(&cli.log)?;
     match cli.command {
         Command::Labels(args) => labels_cmd::run(*args),
