@@ -138,40 +138,7 @@ pub async fn decode<S: Slm, C: Cloud>(
             slm.push(own);
             let threshold = Threshold { tau, control };
             let spec = speculate(slm, router, cloud, &out.context, threshold, window.min(out.room() - 1)).await?;
-            let source = out.record_answer(spec.answer, spec.latency_ms);
-            if let CloudAnswer::Token(t) = spec.answer {
-                if t != own {
-                    // The cloud disagreed: forget what followed the SLM's token.
-                    slm.rewind(at);
-                    out.stats.speculation.rolled_back += 1;
-                    out.stats.speculation.tokens_discarded += spec.tokens.len();
-                    if let ControlFlow::Break(reason) = out.commit(slm, t, source) {
-                        break reason;
-                    }
-                    continue;
-                }
-            }
-            if !spec.tokens.is_empty() {
-                out.stats.speculation.kept += 1;
-                out.stats.speculation.tokens_kept += spec.tokens.len();
-            }
-            // The SLM already holds these tokens: commit them without pushing them again.
-            let mut flow = out.emit(own, source, None);
-            for (i, &t) in spec.tokens.iter().enumerate() {
-                if flow.is_break() {
-                    break;
-                }
-                // The controller learns each speculated position as it is committed, as it would
-                // have without speculation (where it decided it with the same tau).
-                if let (Some(rc), Some(&c)) = (control.as_mut(), spec.confidences.get(i)) {
-                    rc.observe(c, false);
-                }
-                flow = out.emit(t, TokenSource::Slm, None);
-                if i >= spec.pushed {
-                    flow = flow.then(|| advance(slm, t));
-                }
-            }
-            if let ControlFlow::Break(reason) = flow {
+            if let ControlFlow::Break(reason) = out.settle_speculation(slm, at, own, spec, control.as_mut()) {
                 break reason;
             }
             continue;
@@ -316,6 +283,44 @@ impl<F: FnMut(Emitted<'_>) -> ControlFlow<()>> Committer<F> {
             return ControlFlow::Break(FinishReason::Length);
         }
         ControlFlow::Continue(())
+    }
+
+    /// Commit the outcome of an escalation that the SLM speculated past: its own token `own` at
+    /// position `at`, the first `spec.pushed` speculated tokens after it. If the cloud answered
+    /// another token, the SLM forgets from `at` on and the cloud's token is committed; otherwise
+    /// `own` and the speculated tokens are, each learnt by `control` as it is.
+    fn settle_speculation<S: Slm>(&mut self, slm: &mut S, at: usize, own: u32, spec: Speculation, mut control: Option<&mut RateControl>) -> ControlFlow<FinishReason> {
+        let source = self.record_answer(spec.answer, spec.latency_ms);
+        if let CloudAnswer::Token(t) = spec.answer {
+            if t != own {
+                // The cloud disagreed: forget what followed the SLM's token.
+                slm.rewind(at);
+                self.stats.speculation.rolled_back += 1;
+                self.stats.speculation.tokens_discarded += spec.tokens.len();
+                return self.commit(slm, t, source);
+            }
+        }
+        if !spec.tokens.is_empty() {
+            self.stats.speculation.kept += 1;
+            self.stats.speculation.tokens_kept += spec.tokens.len();
+        }
+        // The SLM already holds these tokens: commit them without pushing them again.
+        let mut flow = self.emit(own, source, None);
+        for (i, &t) in spec.tokens.iter().enumerate() {
+            if flow.is_break() {
+                break;
+            }
+            // The controller learns each speculated position as it is committed, as it would
+            // have without speculation (where it decided it with the same tau).
+            if let (Some(rc), Some(&c)) = (control.as_deref_mut(), spec.confidences.get(i)) {
+                rc.observe(c, false);
+            }
+            flow = self.emit(t, TokenSource::Slm, None);
+            if i >= spec.pushed {
+                flow = flow.then(|| advance(slm, t));
+            }
+        }
+        flow
     }
 
     /// [`Committer::emit`], then give the token to the SLM for the next position (unless the

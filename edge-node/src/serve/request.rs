@@ -228,7 +228,9 @@ fn token_ids(items: &[Value]) -> Option<Vec<u32>> {
 /// refused when set to anything but their no-op value.
 fn refuse_unsupported(map: &Map<String, Value>, endpoint: Endpoint) -> Result<(), ApiError> {
     const NO_TOOLS: &str = "tool definitions are not offered to the model and its tool calls are not parsed (tool calls and results in `messages` are fine)";
-    let refused: &[(&str, &str, fn(&Value) -> bool)] = &[
+    // A parameter's name, why it is refused, and whether a value is its no-op.
+    type Unsupported = (&'static str, &'static str, fn(&Value) -> bool);
+    let refused: &[Unsupported] = &[
         ("tools", NO_TOOLS, is_empty),
         ("functions", NO_TOOLS, is_empty),
         ("tool_choice", NO_TOOLS, |v| is_empty(v) || v == "none" || v == "auto"),
