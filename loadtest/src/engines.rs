@@ -347,161 +347,27 @@ impl Plan {
 }
 
 async fn measure(args: &EnginesArgs, windows: &[Vec<u32>], tokenizer_file: &std::path::Path) -> anyhow::Result<Report> {
-    let deadline = Duration::from_millis(u64::from(args.deadline_ms));
-    let per_device = args.sessions_per_device.max(1);
-    let devices = args.sessions.div_ceil(per_device);
-    // Session `i` is session `i % per_device + 1` of device `i / per_device`, in both modes:
-    // the sticky worker of a session is the same with and without the gateway.
-    let keys: Vec<(String, u64)> = (0..args.sessions).map(|i| (format!("bench-{}", i / per_device), (i % per_device) as u64 + 1)).collect();
-    let plans: Vec<Arc<Plan>> = windows.iter().map(|w| Arc::new(Plan { window: w.clone(), prompt: args.prompt_tokens, delta: args.delta, escalations: args.escalations })).collect();
-    let pool_config = PoolConfig {
-        engines: args.engines.clone(),
-        max_in_flight_per_worker: args.max_in_flight.max(1),
-        max_attempts: args.max_attempts.max(1),
-        pick: PickPolicy { routing: args.routing, ..PickPolicy::default() },
-        health: HealthConfig { timeout: Duration::from_millis(args.health_timeout_ms.max(1)), ..HealthConfig::default() },
-        ..PoolConfig::default()
-    };
-    let engine_before;
-    let host_before;
-    let mut gateway = None;
-    let mut gateway_before = String::new();
-    let started;
-    let mut tasks = Vec::new();
-    if args.direct {
-        // The gateway's own start-up (dialect, checks against the tokenizer, one warm-up request
-        // per worker), without the gateway: its clients are the ones the pool would use.
-        let (pool, _) = connect(pool_config, &expected_vocabulary(tokenizer_file)?, Duration::from_secs(120)).await?;
-        // The pool serves from its first verified worker; this comparison needs every one.
-        anyhow::ensure!(pool.wait_for_workers(args.engines.len(), Duration::from_secs(120)).await, "not every engine passed its start-up check");
-        let clients: Arc<Vec<EngineClient>> = Arc::new(pool.workers().iter().map(|w| w.client().clone()).collect());
-        let urls: Vec<&str> = args.engines.iter().map(|e| e.url.as_str()).collect();
-        let rr = Arc::new(AtomicU64::new(0));
-        engine_before = engine_metrics(&args.engines).await;
-        host_before = host_jiffies();
-        started = Instant::now();
-        for ((device, session_id), plan) in keys.iter().zip(&plans) {
-            let home = rendezvous_order(&session_hash_key(device, *session_id), &urls)[0];
-            tasks.push(tokio::spawn(direct_session(clients.clone(), plan.clone(), args.routing, home, rr.clone(), deadline)));
-        }
-    } else {
-        let prometheus = cloud_gateway::http::prometheus();
-        let dir = tempfile::tempdir()?;
-        let (base, cert) = crate::loopback::loopback_config(dir.path())?;
-        let config = GatewayConfig {
-            sessions: SessionsConfig { max_per_device: per_device.max(64), ..SessionsConfig::default() },
-            batcher: BatcherConfig { max_batch: args.max_batch.max(1), queue_capacity: args.sessions.max(256), ..BatcherConfig::default() },
-            ..base
-        };
-        let (gw, fingerprint) = if args.engines.is_empty() {
-            let options = EmbeddedOptions {
-                model: args.model.clone(),
-                threads: args.threads,
-                // At least 512: the backend sizes its caches with a floor of 256 tokens and panics below.
-                max_context: (args.prompt_tokens + args.escalations * (args.delta + 1) + 64).next_power_of_two().max(512),
-                max_cached_sessions: args.sessions,
-            };
-            let backend = tokio::task::spawn_blocking(move || EmbeddedBackend::load(&options)).await??;
-            let fingerprint = backend.facts().tokenizer_fingerprint;
-            (Gateway::start(config, Box::new(backend)).await?, fingerprint)
-        } else {
-            let (pool, facts) = connect(pool_config, &expected_vocabulary(tokenizer_file)?, Duration::from_secs(120)).await?;
-            anyhow::ensure!(pool.wait_for_workers(args.engines.len(), Duration::from_secs(120)).await, "not every engine passed its start-up check");
-            let fingerprint = facts.tokenizer_fingerprint.clone();
-            (Gateway::start_with_engines(config, pool, facts).await?, fingerprint)
-        };
-        let addr = gw.local_addr()?;
-        let mut links = Vec::new();
-        for d in 0..devices {
-            let link = Link::start(LinkConfig { slm_id: "loadtest".into(), ..LinkConfig::new(addr.to_string(), Some(cert.clone()), format!("bench-{d}"), fingerprint.as_str()) })?;
-            anyhow::ensure!(link.wait_up(Duration::from_secs(10)).await.is_some(), "device {d} could not connect");
-            links.push(Arc::new(link));
-        }
-        gateway_before = prometheus.map(|p| p.render()).unwrap_or_default();
-        engine_before = engine_metrics(&args.engines).await;
-        host_before = host_jiffies();
-        started = Instant::now();
-        for (i, ((_, session_id), plan)) in keys.iter().zip(&plans).enumerate() {
-            tasks.push(tokio::spawn(gateway_session(links[i / per_device].clone(), *session_id, plan.clone(), deadline)));
-        }
-        gateway = Some((gw, links, dir));
-    }
-
-    let mut per_worker: BTreeMap<String, u64> = BTreeMap::new();
+    let setup = Setup::new(args, windows);
+    let started = if args.direct { start_direct(args, &setup, tokenizer_file).await? } else { start_gateway(args, &setup, tokenizer_file).await? };
     let mut logs = Vec::new();
-    for t in tasks {
+    for t in started.tasks {
         logs.push(t.await?);
     }
-    let wall_s = started.elapsed().as_secs_f64();
-    let host_cpu = match (host_before, host_jiffies()) {
-        (Some(b), Some(a)) if a.0 > b.0 => {
-            let all = (a.0 - b.0) as f64;
-            Some(HostCpu { busy: 1.0 - (a.1 - b.1) as f64 / all, steal: (a.2 - b.2) as f64 / all })
-        }
-        _ => None,
-    };
+    let wall_s = started.at.elapsed().as_secs_f64();
+    let host_cpu = host_cpu(started.host_before, host_jiffies());
     let engine_after = engine_metrics(&args.engines).await;
-
-    let (mut first, mut later, mut samples) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut busy, mut errors, mut prompt, mut cached) = (0, 0, 0, 0);
-    for log in logs {
-        first.extend(log.first_ms);
-        later.extend(log.later_ms);
-        busy += log.busy;
-        errors += log.errors;
-        prompt += log.prompt_tokens;
-        cached += log.cached_tokens;
-        for (worker, n) in log.per_worker {
-            if let Some(spec) = args.engines.get(worker) {
-                *per_worker.entry(spec.url.clone()).or_insert(0) += n;
-            }
-        }
-        samples.extend(log.error_samples.into_iter().take(3usize.saturating_sub(samples.len())));
-    }
-    let all: Vec<f64> = first.iter().chain(&later).copied().collect();
+    let mut tally = Tally::of(logs, &args.engines);
+    let all: Vec<f64> = tally.first.iter().chain(&tally.later).copied().collect();
     let answered = all.len();
-    let device_ms_sum: f64 = all.iter().sum();
-    let mut gateway_added = None;
-
-    let mut attempts = BTreeMap::new();
-    let reply_cache = match gateway {
-        Some((gw, links, _dir)) => {
-            let after = cloud_gateway::http::prometheus().map(|p| p.render()).unwrap_or_default();
-            let before = counter_by_label(&gateway_before, "duet_gateway_engine_requests_total", "outcome", None);
-            for (outcome, n) in counter_by_label(&after, "duet_gateway_engine_requests_total", "outcome", None) {
-                let n = (n - before.get(&outcome).copied().unwrap_or(0.0)).round() as u64;
-                if n > 0 {
-                    attempts.insert(outcome, n);
-                }
-            }
-            let ok_before = counter_by_label(&gateway_before, "duet_gateway_engine_requests_total", "worker", Some("outcome=\"ok\""));
-            for (worker, n) in counter_by_label(&after, "duet_gateway_engine_requests_total", "worker", Some("outcome=\"ok\"")) {
-                per_worker.insert(worker.clone(), (n - ok_before.get(&worker).copied().unwrap_or(0.0)).round() as u64);
-            }
-            let delta_f = |after: &str, name: &str| counter_sum(after, name) - counter_sum(&gateway_before, name);
-            let delta = |name: &str| delta_f(&after, name).round().max(0.0) as u64;
-            let (engine_s, engine_n) = (delta_f(&after, "duet_gateway_engine_latency_seconds_sum"), delta_f(&after, "duet_gateway_engine_latency_seconds_count"));
-            if !args.engines.is_empty() && answered > 0 && attempts.keys().all(|k| k == "ok") && engine_n > 0.0 {
-                let escalation = device_ms_sum / answered as f64;
-                let engine = engine_s * 1e3 / engine_n;
-                gateway_added = Some(GatewayAdded { escalation_ms_mean: escalation, engine_request_ms_mean: engine, added_ms_mean: escalation - engine });
-            }
-            let figures = (!args.engines.is_empty()).then(|| CacheFigures::new("gateway duet_gateway_engine_*_tokens_total", delta("duet_gateway_engine_prompt_tokens_total"), delta("duet_gateway_engine_cached_tokens_total")));
-            drop(links);
-            gw.shutdown().await;
-            figures
-        }
-        None => Some(CacheFigures::new("engine replies, summed by the direct client", prompt, cached)),
+    let gateway = match started.gateway {
+        Some(gateway) => gateway.finish(args, answered, all.iter().sum(), &mut tally.per_worker).await,
+        None => GatewayFigures {
+            reply_cache: Some(CacheFigures::new("engine replies, summed by the direct client", tally.prompt, tally.cached)),
+            attempts: BTreeMap::new(),
+            added: None,
+        },
     };
-    let (engine_cache, engine_decodes) = match (engine_before, engine_after) {
-        (Some(b), Some(a)) => {
-            let (processed, reused) = ((a.processed - b.processed).round() as u64, (a.cached - b.cached).round() as u64);
-            let decodes = EngineWork { decode_calls: (a.decodes - b.decodes).round() as u64, prompt_tokens_computed: processed, prompt_seconds: a.prompt_seconds - b.prompt_seconds };
-            (Some(CacheFigures::new("llama-server /metrics llamacpp:prompt_tokens_{,cached_}total", processed + reused, reused)), Some(decodes))
-        }
-        _ => (None, None),
-    };
-
+    let (engine_cache, engine_work) = engine_work(started.engine_before, engine_after);
     Ok(Report {
         mode: if args.direct {
             "direct"
@@ -514,7 +380,7 @@ async fn measure(args: &EnginesArgs, windows: &[Vec<u32>], tokenizer_file: &std:
         engines: args.engines.iter().map(ToString::to_string).collect(),
         routing: args.routing.to_string(),
         sessions: args.sessions,
-        devices: if args.direct { 0 } else { devices },
+        devices: if args.direct { 0 } else { setup.devices },
         escalations_per_session: args.escalations,
         prompt_tokens: args.prompt_tokens,
         delta: args.delta,
@@ -524,20 +390,249 @@ async fn measure(args: &EnginesArgs, windows: &[Vec<u32>], tokenizer_file: &std:
         seed: args.seed,
         max_shared_prefix_tokens: max_shared_prefix(windows),
         answered,
-        busy,
-        errors,
-        error_samples: samples,
+        busy: tally.busy,
+        errors: tally.errors,
+        error_samples: tally.samples,
         wall_s,
         escalations_per_s: answered as f64 / wall_s,
-        latency_ms: Latencies { all: Latency::of(all), first: Latency::of(first), later: Latency::of(later) },
-        reply_cache,
+        latency_ms: Latencies { all: Latency::of(all), first: Latency::of(tally.first), later: Latency::of(tally.later) },
+        reply_cache: gateway.reply_cache,
         engine_cache,
-        engine_work: engine_decodes,
-        gateway_engine_attempts: attempts,
-        worker_requests_ok: per_worker,
-        gateway_added,
+        engine_work,
+        gateway_engine_attempts: gateway.attempts,
+        worker_requests_ok: tally.per_worker,
+        gateway_added: gateway.added,
         host_cpu,
     })
+}
+
+/// What both modes share: who the sessions are and what they send.
+struct Setup {
+    deadline: Duration,
+    per_device: usize,
+    devices: usize,
+    /// (device id, session id) of each session. Session `i` is session `i % per_device + 1` of
+    /// device `i / per_device`, in both modes: the sticky worker of a session is the same with
+    /// and without the gateway.
+    keys: Vec<(String, u64)>,
+    plans: Vec<Arc<Plan>>,
+}
+
+impl Setup {
+    fn new(args: &EnginesArgs, windows: &[Vec<u32>]) -> Self {
+        let per_device = args.sessions_per_device.max(1);
+        Self {
+            deadline: Duration::from_millis(u64::from(args.deadline_ms)),
+            per_device,
+            devices: args.sessions.div_ceil(per_device),
+            keys: (0..args.sessions).map(|i| (format!("bench-{}", i / per_device), (i % per_device) as u64 + 1)).collect(),
+            plans: windows.iter().map(|w| Arc::new(Plan { window: w.clone(), prompt: args.prompt_tokens, delta: args.delta, escalations: args.escalations })).collect(),
+        }
+    }
+}
+
+/// The engine pool the options describe (the gateway's, or the direct baseline's clients).
+fn pool_config(args: &EnginesArgs) -> PoolConfig {
+    PoolConfig {
+        engines: args.engines.clone(),
+        max_in_flight_per_worker: args.max_in_flight.max(1),
+        max_attempts: args.max_attempts.max(1),
+        pick: PickPolicy { routing: args.routing, ..PickPolicy::default() },
+        health: HealthConfig { timeout: Duration::from_millis(args.health_timeout_ms.max(1)), ..HealthConfig::default() },
+        ..PoolConfig::default()
+    }
+}
+
+/// The sessions under way, and the counters read just before they started.
+struct Started {
+    tasks: Vec<tokio::task::JoinHandle<SessionLog>>,
+    at: Instant,
+    engine_before: Option<EngineCounters>,
+    host_before: Option<(u64, u64, u64)>,
+    /// Gateway mode: the gateway the sessions go through.
+    gateway: Option<RunningGateway>,
+}
+
+/// Direct mode: the gateway's own start-up (dialect, checks against the tokenizer, one warm-up
+/// request per worker), without the gateway; its clients are the ones the pool would use.
+async fn start_direct(args: &EnginesArgs, setup: &Setup, tokenizer_file: &std::path::Path) -> anyhow::Result<Started> {
+    let (pool, _) = connect(pool_config(args), &expected_vocabulary(tokenizer_file)?, Duration::from_secs(120)).await?;
+    // The pool serves from its first verified worker; this comparison needs every one.
+    anyhow::ensure!(pool.wait_for_workers(args.engines.len(), Duration::from_secs(120)).await, "not every engine passed its start-up check");
+    let clients: Arc<Vec<EngineClient>> = Arc::new(pool.workers().iter().map(|w| w.client().clone()).collect());
+    let urls: Vec<&str> = args.engines.iter().map(|e| e.url.as_str()).collect();
+    let rr = Arc::new(AtomicU64::new(0));
+    let engine_before = engine_metrics(&args.engines).await;
+    let host_before = host_jiffies();
+    let at = Instant::now();
+    let mut tasks = Vec::new();
+    for ((device, session_id), plan) in setup.keys.iter().zip(&setup.plans) {
+        let home = rendezvous_order(&session_hash_key(device, *session_id), &urls)[0];
+        tasks.push(tokio::spawn(direct_session(clients.clone(), plan.clone(), args.routing, home, rr.clone(), setup.deadline)));
+    }
+    Ok(Started { tasks, at, engine_before, host_before, gateway: None })
+}
+
+/// Gateway mode: a gateway in this process, one link per simulated device, a task per session.
+async fn start_gateway(args: &EnginesArgs, setup: &Setup, tokenizer_file: &std::path::Path) -> anyhow::Result<Started> {
+    let gateway = RunningGateway::start(args, setup, tokenizer_file).await?;
+    let engine_before = engine_metrics(&args.engines).await;
+    let host_before = host_jiffies();
+    let at = Instant::now();
+    let mut tasks = Vec::new();
+    for (i, ((_, session_id), plan)) in setup.keys.iter().zip(&setup.plans).enumerate() {
+        tasks.push(tokio::spawn(gateway_session(gateway.links[i / setup.per_device].clone(), *session_id, plan.clone(), setup.deadline)));
+    }
+    Ok(Started { tasks, at, engine_before, host_before, gateway: Some(gateway) })
+}
+
+/// The gateway under test, its devices' links and its metrics before the run.
+struct RunningGateway {
+    gateway: Gateway,
+    links: Vec<Arc<Link>>,
+    /// Holds the loopback certificate for as long as the gateway runs.
+    dir: tempfile::TempDir,
+    metrics_before: String,
+}
+
+/// What the gateway's own counters say about the run.
+struct GatewayFigures {
+    reply_cache: Option<CacheFigures>,
+    /// Engine attempts by outcome.
+    attempts: BTreeMap<String, u64>,
+    added: Option<GatewayAdded>,
+}
+
+impl RunningGateway {
+    /// Starts the gateway (embedded LLM, or the engine pool once every worker passed its check)
+    /// and connects every device.
+    async fn start(args: &EnginesArgs, setup: &Setup, tokenizer_file: &std::path::Path) -> anyhow::Result<Self> {
+        let prometheus = cloud_gateway::http::prometheus();
+        let dir = tempfile::tempdir()?;
+        let (base, cert) = crate::loopback::loopback_config(dir.path())?;
+        let config = GatewayConfig {
+            sessions: SessionsConfig { max_per_device: setup.per_device.max(64), ..SessionsConfig::default() },
+            batcher: BatcherConfig { max_batch: args.max_batch.max(1), queue_capacity: args.sessions.max(256), ..BatcherConfig::default() },
+            ..base
+        };
+        let (gateway, fingerprint) = if args.engines.is_empty() {
+            let options = EmbeddedOptions {
+                model: args.model.clone(),
+                threads: args.threads,
+                // At least 512: the backend sizes its caches with a floor of 256 tokens and panics below.
+                max_context: (args.prompt_tokens + args.escalations * (args.delta + 1) + 64).next_power_of_two().max(512),
+                max_cached_sessions: args.sessions,
+            };
+            let backend = tokio::task::spawn_blocking(move || EmbeddedBackend::load(&options)).await??;
+            let fingerprint = backend.facts().tokenizer_fingerprint;
+            (Gateway::start(config, Box::new(backend)).await?, fingerprint)
+        } else {
+            let (pool, facts) = connect(pool_config(args), &expected_vocabulary(tokenizer_file)?, Duration::from_secs(120)).await?;
+            anyhow::ensure!(pool.wait_for_workers(args.engines.len(), Duration::from_secs(120)).await, "not every engine passed its start-up check");
+            let fingerprint = facts.tokenizer_fingerprint.clone();
+            (Gateway::start_with_engines(config, pool, facts).await?, fingerprint)
+        };
+        let addr = gateway.local_addr()?;
+        let mut links = Vec::new();
+        for d in 0..setup.devices {
+            let link = Link::start(LinkConfig { slm_id: "loadtest".into(), ..LinkConfig::new(addr.to_string(), Some(cert.clone()), format!("bench-{d}"), fingerprint.as_str()) })?;
+            anyhow::ensure!(link.wait_up(Duration::from_secs(10)).await.is_some(), "device {d} could not connect");
+            links.push(Arc::new(link));
+        }
+        let metrics_before = prometheus.map(|p| p.render()).unwrap_or_default();
+        Ok(Self { gateway, links, dir, metrics_before })
+    }
+
+    /// Reads the gateway's counters after the run (its successful requests per worker go into
+    /// `per_worker`), then shuts it down. `answered` escalations took `device_ms_sum` in all.
+    async fn finish(self, args: &EnginesArgs, answered: usize, device_ms_sum: f64, per_worker: &mut BTreeMap<String, u64>) -> GatewayFigures {
+        let Self { gateway, links, dir, metrics_before: before_text } = self;
+        let mut attempts = BTreeMap::new();
+        let mut added = None;
+        let after = cloud_gateway::http::prometheus().map(|p| p.render()).unwrap_or_default();
+        let before = counter_by_label(&before_text, "duet_gateway_engine_requests_total", "outcome", None);
+        for (outcome, n) in counter_by_label(&after, "duet_gateway_engine_requests_total", "outcome", None) {
+            let n = (n - before.get(&outcome).copied().unwrap_or(0.0)).round() as u64;
+            if n > 0 {
+                attempts.insert(outcome, n);
+            }
+        }
+        let ok_before = counter_by_label(&before_text, "duet_gateway_engine_requests_total", "worker", Some("outcome=\"ok\""));
+        for (worker, n) in counter_by_label(&after, "duet_gateway_engine_requests_total", "worker", Some("outcome=\"ok\"")) {
+            per_worker.insert(worker.clone(), (n - ok_before.get(&worker).copied().unwrap_or(0.0)).round() as u64);
+        }
+        let delta_f = |after: &str, name: &str| counter_sum(after, name) - counter_sum(&before_text, name);
+        let delta = |name: &str| delta_f(&after, name).round().max(0.0) as u64;
+        let (engine_s, engine_n) = (delta_f(&after, "duet_gateway_engine_latency_seconds_sum"), delta_f(&after, "duet_gateway_engine_latency_seconds_count"));
+        if !args.engines.is_empty() && answered > 0 && attempts.keys().all(|k| k == "ok") && engine_n > 0.0 {
+            let escalation = device_ms_sum / answered as f64;
+            let engine = engine_s * 1e3 / engine_n;
+            added = Some(GatewayAdded { escalation_ms_mean: escalation, engine_request_ms_mean: engine, added_ms_mean: escalation - engine });
+        }
+        let reply_cache = (!args.engines.is_empty()).then(|| CacheFigures::new("gateway duet_gateway_engine_*_tokens_total", delta("duet_gateway_engine_prompt_tokens_total"), delta("duet_gateway_engine_cached_tokens_total")));
+        drop(links);
+        gateway.shutdown().await;
+        drop(dir);
+        GatewayFigures { reply_cache, attempts, added }
+    }
+}
+
+/// Every session's log added up.
+struct Tally {
+    first: Vec<f64>,
+    later: Vec<f64>,
+    busy: usize,
+    errors: usize,
+    prompt: u64,
+    cached: u64,
+    /// Successful requests per worker URL.
+    per_worker: BTreeMap<String, u64>,
+    /// The first few error messages.
+    samples: Vec<String>,
+}
+
+impl Tally {
+    fn of(logs: Vec<SessionLog>, engines: &[EngineSpec]) -> Self {
+        let mut tally = Self { first: Vec::new(), later: Vec::new(), busy: 0, errors: 0, prompt: 0, cached: 0, per_worker: BTreeMap::new(), samples: Vec::new() };
+        for log in logs {
+            tally.first.extend(log.first_ms);
+            tally.later.extend(log.later_ms);
+            tally.busy += log.busy;
+            tally.errors += log.errors;
+            tally.prompt += log.prompt_tokens;
+            tally.cached += log.cached_tokens;
+            for (worker, n) in log.per_worker {
+                if let Some(spec) = engines.get(worker) {
+                    *tally.per_worker.entry(spec.url.clone()).or_insert(0) += n;
+                }
+            }
+            tally.samples.extend(log.error_samples.into_iter().take(3usize.saturating_sub(tally.samples.len())));
+        }
+        tally
+    }
+}
+
+/// The machine's load between two [`host_jiffies`] readings.
+fn host_cpu(before: Option<(u64, u64, u64)>, after: Option<(u64, u64, u64)>) -> Option<HostCpu> {
+    match (before, after) {
+        (Some(b), Some(a)) if a.0 > b.0 => {
+            let all = (a.0 - b.0) as f64;
+            Some(HostCpu { busy: 1.0 - (a.1 - b.1) as f64 / all, steal: (a.2 - b.2) as f64 / all })
+        }
+        _ => None,
+    }
+}
+
+/// The engines' own cache figures and work between two readings of their counters.
+fn engine_work(before: Option<EngineCounters>, after: Option<EngineCounters>) -> (Option<CacheFigures>, Option<EngineWork>) {
+    match (before, after) {
+        (Some(b), Some(a)) => {
+            let (processed, reused) = ((a.processed - b.processed).round() as u64, (a.cached - b.cached).round() as u64);
+            let decodes = EngineWork { decode_calls: (a.decodes - b.decodes).round() as u64, prompt_tokens_computed: processed, prompt_seconds: a.prompt_seconds - b.prompt_seconds };
+            (Some(CacheFigures::new("llama-server /metrics llamacpp:prompt_tokens_{,cached_}total", processed + reused, reused)), Some(decodes))
+        }
+        _ => (None, None),
+    }
 }
 
 /// One session through the gateway: delta-synced escalations over its device's link.
