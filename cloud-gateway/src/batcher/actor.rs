@@ -23,6 +23,7 @@ use super::figures::{Admitted, Figures, Learned, Readiness};
 use super::handle::BatchQueue;
 use super::ledger::SessionLedger;
 use super::queue::{Batch, Escalation, PendingQueue, Prefill};
+use crate::dispatch::fair::{FairShare, DEFAULT_MAX_DEVICES};
 use crate::dispatch::{LlmError, LlmRequest, LlmToken, Outcome};
 use crate::config::{BatcherConfig, OverloadConfig};
 use crate::sessions::SessionKey;
@@ -85,7 +86,21 @@ pub async fn spawn_batcher_with(backend: Box<dyn Backend>, config: BatcherConfig
     let ledger = Arc::new(SessionLedger::default());
     let (actor, _handle) = Actor::spawn(None, Batcher, (backend, config, overload, figures.clone(), ledger.clone())).await?;
     let cut = Cut { max_batch: config.max_batch.max(1), max_batch_tokens: overload.max_batch_tokens.max(1) };
-    Ok(BatchQueue { actor, figures, ledger, capacity: config.queue_capacity.max(1), cut })
+    Ok(BatchQueue { actor, figures, ledger, capacity: config.queue_capacity.max(1), cut, fair: overload.fair_share })
+}
+
+/// The LLM tokens a batch serves: `prefill` tokens of prefill and one generated per answered
+/// escalation (`answered`).
+pub(crate) fn count_served(prefill: usize, answered: usize) {
+    metrics::counter!("duet_gateway_llm_tokens_total", "kind" => "prefill").increment(prefill as u64);
+    metrics::counter!("duet_gateway_llm_tokens_total", "kind" => "generated").increment(answered as u64);
+}
+
+/// How the devices share the LLM now: devices with work waiting, and how far the most-served
+/// of them is ahead of the least-served (a per-device series would be one per device).
+pub(crate) fn publish_fair(fair: &FairShare) {
+    metrics::gauge!("duet_gateway_fair_backlogged_devices").set(fair.backlogged() as f64);
+    metrics::gauge!("duet_gateway_fair_spread_tokens").set(fair.spread() as f64);
 }
 
 /// Tokens of the warm-up's prefill, from which the first estimate of the time per token of
@@ -133,6 +148,10 @@ impl BatcherState {
         }
         metrics::histogram!("duet_gateway_batch_size").record(batch.len() as f64);
         metrics::histogram!("duet_gateway_batch_tokens").record(cost as f64);
+        count_served(cost, batch.len());
+        if let Some(fair) = self.queue.fair() {
+            publish_fair(fair);
+        }
         let size = batch.len();
         for esc in &mut batch {
             metrics::histogram!("duet_gateway_queue_wait_seconds").record(now.duration_since(esc.enqueued).as_secs_f64());
@@ -233,6 +252,15 @@ impl BatcherState {
     }
 }
 
+/// `queue`, sharing fairly between devices if `overload` says so, remembering idle devices up
+/// to the default bound (devices with work waiting are bounded by the queue's capacity).
+fn fair_queue(queue: PendingQueue, config: BatcherConfig, overload: OverloadConfig) -> PendingQueue {
+    match overload.fair_share {
+        true => queue.with_fair_share(DEFAULT_MAX_DEVICES.max(config.queue_capacity)),
+        false => queue,
+    }
+}
+
 impl Actor for Batcher {
     type Msg = BatcherMsg;
     type State = BatcherState;
@@ -240,7 +268,7 @@ impl Actor for Batcher {
 
     async fn pre_start(&self, _myself: ActorRef<Self::Msg>, (backend, config, overload, figures, ledger): Self::Arguments) -> Result<Self::State, ActorProcessingErr> {
         Ok(BatcherState {
-            queue: PendingQueue::new(config.max_batch, config.max_wait).with_token_cap(overload.max_batch_tokens),
+            queue: fair_queue(PendingQueue::new(config.max_batch, config.max_wait).with_token_cap(overload.max_batch_tokens), config, overload),
             backend: Some(backend),
             running: Vec::new(),
             prefilling: Vec::new(),

@@ -19,6 +19,14 @@
 //! gateway still prefilled the same session's prompt, was refused for the prompt's cost twice
 //! over, and a CommonsenseQA answer got no cloud token at all.
 //!
+//! Between devices (with fair sharing on, [`Snapshot::device`]), admission follows the fair
+//! cut ([`crate::dispatch::fair`]): an escalation waits for its own device's other work in
+//! full but for each other device's only up to as much as its own device has admitted plus
+//! its own cost ([`fair_ahead`], fair queueing's bound), so a light device's escalation is
+//! admitted behind a flood that would refuse it oldest-first; and once the queue is half full,
+//! a device that holds its share of the places (`capacity / devices`) is refused `Busy` first
+//! ([`over_share`]), so a flood cannot take the places a light device would need.
+//!
 //! [`not_ready`] is what `/readyz` says about the batcher: not ready while it has been
 //! saturated (refusing work, not caught up since) for longer than a grace period, or while
 //! one batch has been running for too long (a stalled backend); ready again once it has
@@ -139,6 +147,53 @@ pub fn others(all: Ahead, own: Ahead) -> Ahead {
     all.minus(own)
 }
 
+/// The escalation's device's admitted work (its sessions together) and how many devices have
+/// work admitted, for fair sharing between devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeviceWork {
+    /// The device's admitted work not answered yet.
+    pub own: Ahead,
+    /// Devices with work admitted (the escalation's own among them if `own` is not empty).
+    pub devices: usize,
+}
+
+impl DeviceWork {
+    /// Devices other than the escalation's with work admitted.
+    fn others(self) -> usize {
+        self.devices.saturating_sub(usize::from(self.own.rows > 0))
+    }
+}
+
+/// The work ahead of a new escalation of `cost` when the cut shares fairly between devices:
+/// its own device's other sessions' work in full (a device's work goes oldest first), and of
+/// the other devices' work at most, for each, the escalation's device's admitted work plus
+/// its cost (fair queueing's bound: no other device is served more than this one before it).
+/// Its own session's work (`own_session`) is left out as in [`others`]. A device whose counter
+/// is ahead of the others' waits longer than this says; one back from idle is lifted to them.
+pub fn fair_ahead(all: Ahead, own_session: Ahead, device: DeviceWork, cost: usize) -> Ahead {
+    let n = device.others();
+    let other_devices = all.minus(device.own);
+    let rows = n.saturating_mul(device.own.rows + 1);
+    let tokens = n.saturating_mul(device.own.tokens + device.own.long_tokens + cost);
+    let capped = Ahead {
+        rows: other_devices.rows.min(rows),
+        tokens: other_devices.tokens.min(tokens),
+        long_rows: other_devices.long_rows.min(rows),
+        long_tokens: other_devices.long_tokens.min(tokens),
+        warming: all.warming,
+    };
+    capped.plus(device.own.minus(own_session))
+}
+
+/// Whether a device holding `device.own` is over its share of a queue of `capacity` places
+/// holding `all`: the queue is at least half full and the device holds `capacity / devices`
+/// places or more (counting itself among the devices).
+pub fn over_share(all: Ahead, device: DeviceWork, capacity: usize) -> bool {
+    let devices = device.others() + 1;
+    let share = (capacity / devices).max(1);
+    all.rows.saturating_mul(2) >= capacity && device.own.rows >= share
+}
+
 /// How batches are cut, as far as the estimate needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cut {
@@ -202,6 +257,9 @@ pub struct Snapshot {
     pub capacity: usize,
     /// Smoothed backend time per batch, ms (the least a full queue takes to move).
     pub service_ms: u32,
+    /// The escalation's device's admitted work, with fair sharing between devices on (`None`:
+    /// off, every other session's work counts as ahead of it).
+    pub device: Option<DeviceWork>,
 }
 
 /// What admission decides for one escalation.
@@ -231,17 +289,28 @@ pub struct Refusal {
 }
 
 /// Admit or refuse the escalation `s` describes: refused when the work ahead of it (other
-/// sessions' only: [`others`]) and its own cost ([`cost`]) would miss its deadline
-/// ([`admit`]), or when every place is taken ([`full`]).
+/// sessions' only: [`others`], or with fair sharing what the fair cut puts ahead of it:
+/// [`fair_ahead`]) and its own cost ([`cost`]) would miss its deadline ([`admit`]), when every
+/// place is taken ([`full`]), or, with fair sharing, when its device is over its share of a
+/// contended queue ([`over_share`]).
 pub fn decide(s: &Snapshot) -> Decision {
     let cost = cost(s.context_len, s.session.computed, s.session.covered);
-    let ahead = others(s.all, s.session.pending);
+    let ahead = match s.device {
+        Some(device) => fair_ahead(s.all, s.session.pending, device, cost),
+        None => others(s.all, s.session.pending),
+    };
     if let Err(retry_after_ms) = admit(&s.model, s.cut, ahead, cost, s.deadline.saturating_duration_since(s.now)) {
         let warm_from = Some(s.context_len.saturating_sub(cost));
         return Decision::Refuse(Refusal { retry_after_ms, reason: BusyReason::Cost, warm_from });
     }
     if s.all.rows >= s.capacity {
         return Decision::Refuse(full(s));
+    }
+    if let Some(device) = s.device.filter(|d| over_share(s.all, *d, s.capacity)) {
+        // Back once its own work has gone through, at which the others are served as fast.
+        let own = device.own;
+        let ms = s.model.estimate_ms(own.rows, own.tokens + own.long_tokens, s.cut.max_batch).max(f64::from(s.service_ms));
+        return Decision::Refuse(Refusal { retry_after_ms: retry_after_ms(ms), reason: BusyReason::Share, warm_from: None });
     }
     Decision::Admit { cost, work: Ahead::of(cost, s.cut) }
 }
@@ -414,7 +483,41 @@ mod tests {
             cut: CUT,
             capacity: 256,
             service_ms: 60,
+            device: None,
         }
+    }
+
+    #[test]
+    fn a_light_device_behind_a_flood_is_admitted_when_devices_share_fairly() {
+        let t0 = Instant::now();
+        // One device has 200 one-token escalations admitted (13 batches: 0.78 s); a light
+        // device with nothing admitted asks with a 500 ms deadline.
+        let flood = Ahead { rows: 200, tokens: 200, ..Ahead::default() };
+        let oldest_first = Snapshot { all: flood, ..snapshot(t0, 1, 500) };
+        assert!(matches!(decide(&oldest_first), Decision::Refuse(Refusal { reason: BusyReason::Cost, .. })), "oldest first, it waits for all of it");
+        let light = DeviceWork { own: Ahead::default(), devices: 1 };
+        let fair = Snapshot { device: Some(light), ..oldest_first };
+        assert_eq!(fair_ahead(flood, Ahead::default(), light, 1), Ahead { rows: 1, tokens: 1, ..Ahead::default() }, "one of the flood's rows ahead");
+        assert!(matches!(decide(&fair), Decision::Admit { .. }));
+        // The flooding device itself, asking again: its own 200 are ahead of it.
+        let heavy = DeviceWork { own: flood, devices: 1 };
+        let Decision::Refuse(r) = decide(&Snapshot { device: Some(heavy), ..oldest_first }) else { panic!("admitted") };
+        assert_eq!(r.reason, BusyReason::Cost);
+    }
+
+    #[test]
+    fn busy_falls_on_the_device_over_its_share_of_a_contended_queue_first() {
+        let t0 = Instant::now();
+        // 150 of 256 places taken: 140 by one device, 10 by ten others.
+        let all = Ahead { rows: 150, tokens: 150, ..Ahead::default() };
+        let heavy = DeviceWork { own: Ahead { rows: 140, tokens: 140, ..Ahead::default() }, devices: 11 };
+        let light = DeviceWork { own: Ahead { rows: 1, tokens: 1, ..Ahead::default() }, devices: 11 };
+        let s = Snapshot { all, ..snapshot(t0, 1, 30_000) };
+        let Decision::Refuse(r) = decide(&Snapshot { device: Some(heavy), ..s }) else { panic!("admitted") };
+        assert_eq!((r.reason, r.warm_from), (BusyReason::Share, None));
+        assert!(matches!(decide(&Snapshot { device: Some(light), ..s }), Decision::Admit { .. }), "a light device's share leaves room");
+        assert!(!over_share(Ahead { rows: 100, ..all }, heavy, 256), "below half full, no device is over its share: work-conserving");
+        assert!(!over_share(all, DeviceWork { devices: 1, ..heavy }, 256), "alone, its share is every place");
     }
 
     #[test]

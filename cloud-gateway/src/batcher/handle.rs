@@ -30,6 +30,8 @@ pub struct BatchQueue {
     pub(super) ledger: Arc<SessionLedger>,
     pub(super) capacity: usize,
     pub(super) cut: Cut,
+    /// Whether devices share the queue fairly (admission weighs the device's share).
+    pub(super) fair: bool,
 }
 
 impl BatchQueue {
@@ -45,6 +47,7 @@ impl BatchQueue {
             cut: self.cut,
             capacity: self.capacity,
             service_ms: self.figures.learned.service_ms(),
+            device: self.fair.then(|| self.ledger.device(&request.session.device)),
         }
     }
 

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use dashmap::DashMap;
 
-use super::admission::Ahead;
+use super::admission::{Ahead, DeviceWork};
 use crate::sessions::SessionKey;
 
 /// One session's prefill state.
@@ -36,6 +36,9 @@ pub struct SessionWork {
 #[derive(Debug, Default)]
 pub struct SessionLedger {
     sessions: DashMap<SessionKey, SessionWork>,
+    /// Each device's admitted work, its sessions together (an entry only while it has some:
+    /// bounded by the admitted work).
+    devices: DashMap<Arc<str>, Ahead>,
 }
 
 impl SessionLedger {
@@ -62,10 +65,15 @@ impl SessionLedger {
         self.sessions.remove(session);
     }
 
-    /// Whether no session has an entry.
+    /// Whether no session (nor device) has an entry.
     #[cfg(test)]
     pub fn is_empty(&self) -> bool {
-        self.sessions.is_empty()
+        self.sessions.is_empty() && self.devices.is_empty()
+    }
+
+    /// `device`'s admitted work, and how many devices have work admitted.
+    pub fn device(&self, device: &str) -> DeviceWork {
+        DeviceWork { own: self.devices.get(device).map_or_else(Ahead::default, |w| *w), devices: self.devices.len() }
     }
 
     /// Count `work` (an admitted escalation reaching `len` tokens) as `session`'s own until the
@@ -74,10 +82,18 @@ impl SessionLedger {
         let mut w = self.sessions.entry(session.clone()).or_default();
         w.covered = w.covered.max(len);
         w.pending = w.pending.plus(work);
+        drop(w);
+        let mut d = self.devices.entry(session.device.clone()).or_default();
+        *d = d.plus(work);
+        drop(d);
         SessionClaim { ledger: self.clone(), session: session.clone(), work }
     }
 
     fn release(&self, session: &SessionKey, work: Ahead) {
+        if let Some(mut d) = self.devices.get_mut(&session.device) {
+            *d = d.minus(work);
+        }
+        self.devices.remove_if(&session.device, |_, d| d.rows == 0);
         if let Some(mut w) = self.sessions.get_mut(session) {
             w.pending = w.pending.minus(work);
             if w.pending.rows == 0 {
@@ -120,8 +136,13 @@ mod tests {
         let w = ledger.get(&key(1));
         assert_eq!((w.covered, w.pending.rows, w.pending.tokens, w.pending.long_tokens), (134, 2, 4, 130));
         assert_eq!(ledger.get(&key(2)), SessionWork::default(), "another session has none");
+        let other = ledger.claim(&SessionKey { device: Arc::from("e"), session_id: 1 }, 8, Ahead { rows: 1, tokens: 8, ..Ahead::default() });
+        let d = ledger.device("d");
+        assert_eq!((d.own.rows, d.own.tokens, d.own.long_tokens, d.devices), (2, 4, 130, 2), "a device's sessions together");
         drop(claim);
         drop(delta);
+        assert_eq!((ledger.device("d").own, ledger.device("d").devices), (Ahead::default(), 1), "a device with no work admitted has no entry");
+        drop(other);
         assert!(ledger.is_empty(), "nothing is kept for a session with no work and nothing computed");
     }
 

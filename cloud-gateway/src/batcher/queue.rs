@@ -17,6 +17,11 @@
 //!   it, its answer still to come) and stays queued with the rest of its cost. So one long
 //!   `Full` cannot stall everyone: it runs in bounded steps between other sessions' batches,
 //!   and between two steps it is dropped if its device left or its deadline passed;
+//! - with fair sharing on ([`PendingQueue::with_fair_share`]), when more waits than one batch
+//!   holds, the rows go device by device to the device served fewest LLM tokens so far
+//!   ([`FairShare`]: a virtual token counter per device), oldest first within a device; each
+//!   row is charged to its device as its batch is cut (a batch, once cut, runs to its end):
+//!   its tokens of prefill plus the one generated. Without it, oldest first;
 //! - a session whose escalation was refused `Busy` for its own cost is warmed
 //!   ([`PendingQueue::warm`]): its context is prefilled in steps with the room the other work
 //!   leaves, answering nothing, so that its later escalations cost only their delta (without
@@ -40,6 +45,7 @@ use common::telemetry::TRACE_TARGET;
 use tokio::sync::oneshot;
 use tracing::field::Empty;
 
+use crate::dispatch::fair::FairShare;
 use crate::dispatch::{LlmRequest, Outcome};
 use crate::sessions::SessionKey;
 
@@ -225,6 +231,8 @@ pub struct PendingQueue {
     max_batch_tokens: usize,
     /// Sessions to prefill with leftover room: (their context, tokens computed so far).
     warming: VecDeque<(LlmRequest, usize)>,
+    /// Who goes next between devices, when fair sharing is on.
+    fair: Option<FairShare>,
 }
 
 /// Most sessions waiting to be warmed; beyond it the oldest is forgotten.
@@ -234,13 +242,51 @@ impl PendingQueue {
     /// An empty queue cutting batches of at most `max_batch` after at most `max_wait`, with no
     /// cost cap (see [`Self::with_token_cap`]).
     pub fn new(max_batch: usize, max_wait: Duration) -> Self {
-        Self { pending: VecDeque::new(), max_batch: max_batch.max(1), max_wait, max_batch_tokens: usize::MAX, warming: VecDeque::new() }
+        Self { pending: VecDeque::new(), max_batch: max_batch.max(1), max_wait, max_batch_tokens: usize::MAX, warming: VecDeque::new(), fair: None }
     }
 
     /// Cap each batch at `max_batch_tokens` tokens of prefill (at least 1).
     pub fn with_token_cap(mut self, max_batch_tokens: usize) -> Self {
         self.max_batch_tokens = max_batch_tokens.max(1);
         self
+    }
+
+    /// Share rows between devices by the LLM tokens each has been served, remembering at most
+    /// `max_devices` idle devices (see the module docs).
+    pub fn with_fair_share(mut self, max_devices: usize) -> Self {
+        self.fair = Some(FairShare::new(max_devices));
+        self
+    }
+
+    /// The devices' counters, when fair sharing is on.
+    pub fn fair(&self) -> Option<&FairShare> {
+        self.fair.as_ref()
+    }
+
+    /// `esc` left the queue at `now` (taken, dropped or answered).
+    fn left(&mut self, esc: &Escalation, now: Instant) {
+        if let Some(fair) = &mut self.fair {
+            fair.dequeue(&esc.request.session.device, now);
+        }
+    }
+
+    /// `device` is served `tokens` LLM tokens at `now`.
+    fn charge(&mut self, device: &Arc<str>, tokens: usize, now: Instant) {
+        if let Some(fair) = &mut self.fair {
+            fair.charge(device, tokens as u64, now);
+        }
+    }
+
+    /// Of the escalations at `candidates` (indices into `items`, in queue order), the one to
+    /// take next: the oldest of the device served least, or without fair sharing the oldest.
+    fn choose(&self, items: &[Option<Escalation>], candidates: &[usize]) -> Option<usize> {
+        let fair = match &self.fair {
+            Some(fair) => fair,
+            None => return candidates.first().copied(),
+        };
+        let device = |i: &usize| items[*i].as_ref().map(|e| &*e.request.session.device);
+        let chosen = fair.pick(candidates.iter().filter_map(device))?;
+        candidates.iter().copied().find(|i| device(i) == Some(chosen))
     }
 
     /// Smallest prefill step worth a row of its own: a quarter of the cap (a step of a few
@@ -263,6 +309,9 @@ impl PendingQueue {
 
     /// Queue an escalation behind the others.
     pub fn push(&mut self, escalation: Escalation) {
+        if let Some(fair) = &mut self.fair {
+            fair.enqueue(&escalation.request.session.device, escalation.enqueued);
+        }
         self.pending.push_back(escalation);
     }
 
@@ -307,6 +356,9 @@ impl PendingQueue {
         let before = self.pending.len();
         let mut keep = VecDeque::with_capacity(before);
         while let Some(esc) = self.pending.pop_front() {
+            if esc.is_cancelled() || esc.deadline <= now {
+                self.left(&esc, now);
+            }
             if let Some(esc) = Self::live(esc, now) {
                 keep.push_back(esc);
             }
@@ -329,51 +381,58 @@ impl PendingQueue {
     }
 
     /// Cut a batch now: up to `max_batch` rows, one per session, costing at most
-    /// `max_batch_tokens` of prefill. First, oldest first, the escalations that fit whole (a
-    /// session's escalations in `seq` order: none is taken past one of its own left waiting);
-    /// then, with the room left, a prefill step for the oldest ones that did not fit (at least
-    /// a quarter of the cap each), which stay queued with the rest of their cost. Short work
-    /// goes first, so a long prefill delays it by one step at most. Cancelled escalations are
-    /// dropped and expired ones answered `Expired` on the way; the rest stay queued in order.
+    /// `max_batch_tokens` of prefill. First the escalations that fit whole (only a session's
+    /// oldest waiting one may run, so its escalations go in `seq` order), oldest first or,
+    /// with fair sharing, the oldest of the device served least, one row at a time; then, with
+    /// the room left, a prefill step (at least a quarter of the cap) for one that did not fit,
+    /// chosen the same way, which stays queued with the rest of its cost. Short work goes
+    /// first, so a long prefill delays it by one step at most. Cancelled escalations are
+    /// dropped and expired ones answered `Expired` first; the rest stay queued in order, and
+    /// the batch's escalations are in queue order.
     pub fn cut(&mut self, now: Instant) -> Batch {
         let mut batch = Batch::default();
-        let mut taken = HashSet::new();
-        let mut waiting = HashSet::new();
-        let mut keep = VecDeque::with_capacity(self.pending.len());
-        while let Some(esc) = self.pending.pop_front() {
-            let Some(esc) = Self::live(esc, now) else { continue };
+        self.purge(now);
+        let mut items: Vec<Option<Escalation>> = std::mem::take(&mut self.pending).into_iter().map(Some).collect();
+        // Each session's oldest waiting escalation, in queue order: the only ones that may run.
+        let mut sessions = HashSet::new();
+        let mut open: Vec<usize> = (0..items.len()).filter(|&i| items[i].as_ref().is_some_and(|e| sessions.insert(e.session().clone()))).collect();
+        let mut taken = Vec::new();
+        while taken.len() < self.max_batch {
             let room = self.max_batch_tokens.saturating_sub(batch.cost);
-            let free = !taken.contains(esc.session()) && !waiting.contains(esc.session());
-            if free && batch.len() < self.max_batch && esc.cost <= room {
-                taken.insert(esc.session().clone());
-                batch.cost += esc.cost;
-                batch.escalations.push(esc);
-            } else {
-                waiting.insert(esc.session().clone());
-                keep.push_back(esc);
-            }
+            let fits: Vec<usize> = open.iter().copied().filter(|&i| items[i].as_ref().is_some_and(|e| e.cost <= room)).collect();
+            let Some(i) = self.choose(&items, &fits) else { break };
+            open.retain(|&j| j != i);
+            let Some(esc) = items[i].take() else { break };
+            batch.cost += esc.cost;
+            self.left(&esc, now);
+            self.charge(&esc.request.session.device, esc.cost + 1, now);
+            taken.push((i, esc));
         }
+        taken.sort_by_key(|(i, _)| *i);
+        batch.escalations = taken.into_iter().map(|(_, e)| e).collect();
         let min_step = self.min_step();
-        let mut stepped = HashSet::new();
-        for esc in keep.iter_mut() {
+        loop {
             let room = self.max_batch_tokens.saturating_sub(batch.cost);
             if batch.len() >= self.max_batch || room < min_step {
                 break;
             }
-            // Only a session's first waiting escalation, and not one already in the batch.
-            if taken.contains(esc.session()) || !stepped.insert(esc.session().clone()) || esc.cost <= room {
-                continue;
-            }
-            // Its context's first `len - cost` tokens are computed: bring them `room` further.
+            // What is left open did not fit whole: its context's first `len - cost` tokens are
+            // computed; bring them `room` further.
+            let Some(i) = self.choose(&items, &open) else { break };
+            open.retain(|&j| j != i);
+            let Some(esc) = items[i].as_mut() else { break };
             let done = esc.request.context.len().saturating_sub(esc.cost);
-            batch.prefills.push(Prefill { request: esc.request.clone(), upto: done + room });
-            batch.cost += room;
-            esc.cost -= room;
+            let step = room.min(esc.cost.saturating_sub(1)).max(1);
+            batch.prefills.push(Prefill { request: esc.request.clone(), upto: done + step });
+            batch.cost += step;
+            esc.cost -= step;
+            let device = esc.request.session.device.clone();
+            self.charge(&device, step, now);
         }
-        self.pending = keep;
+        self.pending = items.into_iter().flatten().collect();
         // Warming only when no escalation needs the model (a short escalation's own batch is
-        // never lengthened by it), sessions not otherwise waiting, the nearest to done first (a
-        // huge abandoned context must not hold back small ones).
+        // never lengthened by it), the nearest to done first (a huge abandoned context must not
+        // hold back small ones).
         if !batch.is_empty() || !self.pending.is_empty() {
             return batch;
         }
@@ -385,15 +444,14 @@ impl PendingQueue {
                 break;
             }
             let (request, done) = &mut self.warming[i];
-            if taken.contains(&request.session) || stepped.contains(&request.session) || waiting.contains(&request.session) {
-                i += 1;
-                continue;
-            }
             let step = room.min(request.context.len() - *done);
             *done += step;
             batch.prefills.push(Prefill { request: request.clone(), upto: *done });
             batch.cost += step;
-            if *done >= request.context.len() {
+            let finished = *done >= request.context.len();
+            let device = request.session.device.clone();
+            self.charge(&device, step, now);
+            if finished {
                 self.warming.remove(i);
             } else {
                 i += 1;
@@ -426,7 +484,9 @@ impl PendingQueue {
         let (ended, keep): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.pending).into_iter().partition(|e| e.session() == key);
         self.pending = keep;
         let n = ended.len();
+        let now = Instant::now();
         for esc in ended {
+            self.left(&esc, now);
             esc.answer(Outcome::SessionEnded);
         }
         n
@@ -459,6 +519,90 @@ mod tests {
     fn costly(session: u64, len: usize, at: Instant, ttl: Duration) -> (Escalation, oneshot::Receiver<Outcome>) {
         let (e, rx) = esc(session, len, at, ttl);
         (e.with_cost(len), rx)
+    }
+
+    /// An escalation of `device`'s session `session` whose context is `len` tokens, `cost` of
+    /// them still to prefill.
+    fn of_device(device: &str, session: u64, len: usize, cost: usize, at: Instant) -> (Escalation, oneshot::Receiver<Outcome>) {
+        let request = LlmRequest { session: SessionKey { device: Arc::from(device), session_id: session }, context: vec![1; len].into(), sampling: Default::default(), seq: len as u32 };
+        let (e, rx) = Escalation::new(request, at + Duration::from_secs(10), at);
+        (e.with_cost(cost), rx)
+    }
+
+    fn devices(batch: &Batch) -> Vec<String> {
+        batch.escalations.iter().map(|e| e.request.session.device.to_string()).collect()
+    }
+
+    /// A flood of 64 escalations from 64 sessions of one device, then one of a light device.
+    fn flooded(q: &mut PendingQueue, t0: Instant) -> Vec<oneshot::Receiver<Outcome>> {
+        let mut rx = Vec::new();
+        for s in 0..64 {
+            let (e, r) = of_device("flood", s, 8, 4, t0);
+            q.push(e);
+            rx.push(r);
+        }
+        let (e, r) = of_device("light", 1, 8, 4, t0 + Duration::from_millis(1));
+        q.push(e);
+        rx.push(r);
+        rx
+    }
+
+    #[test]
+    fn with_fair_share_a_light_device_is_in_the_next_batch_behind_a_flood() {
+        let t0 = Instant::now();
+        let mut fifo = PendingQueue::new(4, WAIT);
+        let _rx = flooded(&mut fifo, t0);
+        let cuts: Vec<bool> = (0..17).map(|_| devices(&fifo.cut(t0)).contains(&"light".to_string())).collect();
+        assert_eq!(cuts.iter().position(|&l| l), Some(16), "oldest first, it waits for the flood's 16 batches");
+        let mut fair = PendingQueue::new(4, WAIT).with_fair_share(64);
+        let _rx = flooded(&mut fair, t0);
+        // Lifted to the flood's counter, it ties, so it goes after one of the flood's rows.
+        assert_eq!(devices(&fair.cut(t0)), ["flood", "flood", "flood", "light"]);
+        assert_eq!(fair.fair().and_then(|f| f.counter("light")), Some(5), "charged its prefill and the token generated");
+        assert_eq!(fair.fair().and_then(|f| f.counter("flood")), Some(15));
+        assert_eq!(fair.fair().map(FairShare::backlogged), Some(1), "the light device has nothing left waiting");
+    }
+
+    #[test]
+    fn with_fair_share_devices_alternate_by_tokens_and_a_session_keeps_its_order() {
+        let t0 = Instant::now();
+        let mut q = PendingQueue::new(2, WAIT).with_fair_share(64);
+        let mut rx = Vec::new();
+        // `a`: one session, three escalations (lens 1, 2, 3); `b`: four sessions.
+        for (i, len) in [1usize, 2, 3].into_iter().enumerate() {
+            let (e, r) = of_device("a", 1, len, 1, t0 + Duration::from_micros(i as u64));
+            q.push(e);
+            rx.push(r);
+        }
+        for s in 0..4 {
+            let (e, r) = of_device("b", 10 + s, 10, 1, t0 + Duration::from_millis(1));
+            q.push(e);
+            rx.push(r);
+        }
+        let first = q.cut(t0);
+        assert_eq!((devices(&first), lens(&first)), (vec!["a".to_string(), "b".into()], vec![1, 10]), "one row each, though `b` has four sessions waiting");
+        let second = q.cut(t0);
+        assert_eq!(lens(&second), [2, 10], "`a`'s next in seq order, and `b` again");
+        assert_eq!(lens(&q.cut(t0)), [3, 10]);
+        assert_eq!(lens(&q.cut(t0)), [10], "work-conserving: `b` alone takes what is left");
+    }
+
+    #[test]
+    fn work_leaving_the_queue_any_way_leaves_no_device_backlogged() {
+        let t0 = Instant::now();
+        let mut q = PendingQueue::new(8, WAIT).with_fair_share(64);
+        let (late, _late_rx) = esc(1, 1, t0, Duration::from_millis(1));
+        let (gone, gone_rx) = esc(2, 2, t0, Duration::from_secs(1));
+        let (ended, _ended_rx) = of_device("other", 3, 3, 1, t0);
+        for e in [late, gone, ended] {
+            q.push(e);
+        }
+        drop(gone_rx);
+        assert_eq!(q.fair().map(FairShare::backlogged), Some(2));
+        q.purge(t0 + Duration::from_millis(5));
+        assert_eq!(q.fair().map(FairShare::backlogged), Some(1), "expired and cancelled work left");
+        q.end_session(&SessionKey { device: Arc::from("other"), session_id: 3 });
+        assert_eq!(q.fair().map(FairShare::backlogged), Some(0));
     }
 
     #[test]

@@ -227,6 +227,10 @@ pub struct OverloadArgs {
     /// Bytes all connections together may hold in unfinished frames.
     #[arg(long, env = "DUET_MAX_BUFFERED_BYTES", default_value_t = gateway().overload.max_buffered_bytes)]
     pub max_buffered_bytes: usize,
+    /// Between devices under overload: `device` serves the device served the fewest LLM tokens
+    /// first and refuses a device over its share first; `off` serves oldest first.
+    #[arg(long, env = "DUET_FAIR_SHARE", default_value = "device", value_parser = ["device", "off"])]
+    pub fair_share: String,
 }
 
 impl OverloadArgs {
@@ -240,6 +244,7 @@ impl OverloadArgs {
             stream_read_timeout: Duration::from_millis(self.stream_read_timeout_ms),
             max_buffered_bytes_per_connection: self.max_buffered_bytes_per_connection,
             max_buffered_bytes: self.max_buffered_bytes,
+            fair_share: self.fair_share != "off",
         }
     }
 }

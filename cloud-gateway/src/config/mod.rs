@@ -188,6 +188,10 @@ pub struct OverloadConfig {
     pub max_buffered_bytes_per_connection: usize,
     /// Most bytes every connection together may hold in unfinished frames.
     pub max_buffered_bytes: usize,
+    /// Share the LLM fairly between devices when more work waits than it can run at once:
+    /// the device served the fewest LLM tokens goes next, and a device over its share hears
+    /// `Busy` first (`dispatch::fair`). Off: oldest first, every device's work weighed alike.
+    pub fair_share: bool,
 }
 
 impl Default for OverloadConfig {
@@ -201,6 +205,7 @@ impl Default for OverloadConfig {
             stream_read_timeout: Duration::from_secs(10),
             max_buffered_bytes_per_connection: 1 << 20,
             max_buffered_bytes: 256 << 20,
+            fair_share: true,
         }
     }
 }

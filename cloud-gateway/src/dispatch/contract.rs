@@ -149,6 +149,9 @@ pub enum BusyReason {
     /// Every place is taken (the batcher's queue capacity, every engine worker's requests in
     /// flight).
     Capacity,
+    /// The path is contended and the device already holds its fair share of it (other
+    /// devices' work is admitted first).
+    Share,
     /// The gateway is draining and past the window in which it takes work.
     Draining,
     /// The LLM path has stopped.
@@ -161,6 +164,7 @@ impl BusyReason {
         match self {
             Self::Cost => "cost",
             Self::Capacity => "capacity",
+            Self::Share => "share",
             Self::Draining => "draining",
             Self::Stopped => "stopped",
         }
