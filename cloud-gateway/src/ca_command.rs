@@ -62,8 +62,6 @@ enum CaCommand {
         #[arg(long, env = "DUET_FLEET_OUT")]
         out: PathBuf,
     },
-    /// Revoke a device (all its certificates) or one certificate (serial:HEX, as `issue`
-    /// printed it) by adding it to the deny list the gateway reloads.
     /// Create the Ed25519 key that signs router bundles (bundle-signing.key, mode 0600, and
     /// bundle-signing.pub) in --dir. Devices trust bundle-signing.pub (edge-node
     /// --bundle-key); keep the private key where bundles are made, off gateways and devices.
@@ -72,10 +70,21 @@ enum CaCommand {
         #[arg(long, env = "DUET_BUNDLE_KEY_DIR")]
         dir: PathBuf,
     },
+    /// Revoke a device (all its certificates) or one certificate (serial:HEX, as `issue`
+    /// printed it): in the deny list the gateway reloads (--revoked-file), in a CRL the fleet
+    /// CA signs (--crl with --ca-dir; a device id revokes the certificates issued to it so
+    /// far), or both.
+    #[command(group = clap::ArgGroup::new("into").required(true).multiple(true).args(["revoked_file", "crl"]))]
     Revoke {
         /// The gateway's deny list (its --revoked-file); created if missing.
         #[arg(long, env = "DUET_REVOKED_FILE")]
-        revoked_file: PathBuf,
+        revoked_file: Option<PathBuf>,
+        /// The CRL to add to (the gateway's --client-crl); created if missing, signed again.
+        #[arg(long, env = "DUET_FLEET_CRL", requires = "ca_dir")]
+        crl: Option<PathBuf>,
+        /// The fleet CA's directory, to sign the CRL (with --crl).
+        #[arg(long, env = "DUET_FLEET_CA_DIR")]
+        ca_dir: Option<PathBuf>,
         /// A device id, or serial:HEX for one certificate.
         entry: String,
         /// Why, for the file's comment.
@@ -119,15 +128,37 @@ pub fn run(argv: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
             println!("bundle signing key written to {} (keep it where bundles are made)", key.display());
             println!("give devices the public key: edge-node ... --bundle-key {}", public.display());
         }
-        CaCommand::Revoke { revoked_file, entry, reason } => {
-            let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-            if revoked::append(&revoked_file, &entry, &format!("{reason} (unix time {stamp})"))? {
-                println!("revoked {}: gateways watching {} refuse it and close its connections at their next poll", entry.trim(), revoked_file.display());
-            } else {
-                println!("{} was already revoked in {}", entry.trim(), revoked_file.display());
+        CaCommand::Revoke { revoked_file, crl, ca_dir, entry, reason } => {
+            if let Some(revoked_file) = revoked_file {
+                let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+                if revoked::append(&revoked_file, &entry, &format!("{reason} (unix time {stamp})"))? {
+                    println!("revoked {}: gateways watching {} refuse it and close its connections at their next poll", entry.trim(), revoked_file.display());
+                } else {
+                    println!("{} was already revoked in {}", entry.trim(), revoked_file.display());
+                }
+            }
+            if let (Some(crl), Some(ca_dir)) = (crl, ca_dir) {
+                revoke_into_crl(&crl, &ca_dir, entry.trim())?;
             }
         }
     }
+    Ok(())
+}
+
+/// `ca revoke --crl`: add `entry`'s serial (`serial:HEX`), or every serial issued to the device
+/// `entry`, to the CRL at `crl`, signed by the CA in `ca_dir`.
+fn revoke_into_crl(crl: &std::path::Path, ca_dir: &std::path::Path, entry: &str) -> anyhow::Result<()> {
+    let ca = FleetCa::load(ca_dir)?;
+    let serials = match entry.strip_prefix(revoked::SERIAL_PREFIX) {
+        Some(hex) => vec![crate::identity::cert::Serial::from_hex(hex.trim()).ok_or_else(|| anyhow::anyhow!("`{hex}` is not a hex serial number"))?],
+        None => {
+            let serials = ca.issued_serials(entry)?;
+            anyhow::ensure!(!serials.is_empty(), "no certificate issued to `{entry}` in {}", ca_dir.display());
+            serials
+        }
+    };
+    let added = ca.revoke_into_crl(crl, &serials)?;
+    println!("revoked {entry} in the CRL {} ({added} new serial(s)): gateways with --client-crl {} refuse it at their next poll", crl.display(), crl.display());
     Ok(())
 }
 
@@ -161,6 +192,27 @@ mod tests {
         let cert = crate::identity::cert::parse_device_cert(&der).unwrap();
         assert_eq!(cert.device_id, "device-7");
         assert!(list.denies("device-7", Some(&cert.serial)), "revoked by the serial issue logged");
+    }
+
+    #[test]
+    fn revoke_into_a_crl_signs_the_serials_a_device_was_issued() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ca, crl) = (dir.path().join("ca"), dir.path().join("fleet-crl.pem"));
+        let s = |p: &std::path::Path| p.to_str().unwrap().to_string();
+        ca_cmd(&["init-ca", "--dir", &s(&ca)]).unwrap();
+        ca_cmd(&["issue", "--ca-dir", &s(&ca), "--device", "device-1", "--out", &s(&dir.path().join("d1"))]).unwrap();
+        ca_cmd(&["issue", "--ca-dir", &s(&ca), "--device", "device-1", "--out", &s(&dir.path().join("d1b"))]).unwrap();
+        ca_cmd(&["issue", "--ca-dir", &s(&ca), "--device", "device-2", "--out", &s(&dir.path().join("d2"))]).unwrap();
+        assert!(CaArgs::try_parse_from(["ca", "revoke", "device-1"]).is_err(), "a deny list or a CRL to revoke into");
+        assert!(CaArgs::try_parse_from(["ca", "revoke", "--crl", "x.pem", "device-1"]).is_err(), "a CRL needs the CA to sign it");
+        ca_cmd(&["revoke", "--crl", &s(&crl), "--ca-dir", &s(&ca), "device-1"]).unwrap();
+        let set = crate::identity::crl::CrlSet::load(std::slice::from_ref(&crl)).unwrap();
+        assert_eq!(set.serials.len(), 2, "both certificates issued to device-1");
+        assert!(ca_cmd(&["revoke", "--crl", &s(&crl), "--ca-dir", &s(&ca), "never-issued"]).is_err());
+        let log = std::fs::read_to_string(ca.join(ISSUED_LOG)).unwrap();
+        let d2 = log.lines().find(|l| l.contains("\tdevice-2\t")).unwrap().split('\t').next().unwrap().to_string();
+        ca_cmd(&["revoke", "--crl", &s(&crl), "--ca-dir", &s(&ca), &format!("serial:{d2}")]).unwrap();
+        assert_eq!(crate::identity::crl::CrlSet::load(std::slice::from_ref(&crl)).unwrap().serials.len(), 3);
     }
 
     #[test]

@@ -90,6 +90,11 @@ pub struct CloudArgs {
     /// This device's private key (PEM), with --client-cert.
     #[arg(long, env = "DUET_CLIENT_KEY", requires = "client_cert")]
     pub client_key: Option<std::path::PathBuf>,
+    /// How often the --client-cert and --client-key files are checked for a rotated pair, ms
+    /// (0: never; `serve` also reloads them on SIGHUP). The next connection uses the new pair;
+    /// the live one keeps its certificate.
+    #[arg(long, env = "DUET_CLIENT_CERT_POLL_MS", default_value_t = 2000)]
+    pub client_cert_poll_ms: u64,
     /// This device's id (default: host name and process id).
     #[arg(long, env = "DUET_DEVICE_ID")]
     pub device_id: Option<String>,
@@ -287,6 +292,7 @@ pub fn link_config(cloud: &CloudArgs, tok: &Tokenizer, slm_id: &str) -> anyhow::
             _ => None,
         },
         slm_id: slm_id.to_string(),
+        cert_poll: Duration::from_millis(cloud.client_cert_poll_ms),
         ..LinkConfig::new(gateway, ca_cert, device_id, tok.fingerprint())
     })
 }
@@ -296,7 +302,16 @@ pub fn link_config(cloud: &CloudArgs, tok: &Tokenizer, slm_id: &str) -> anyhow::
 /// connection; what the device knows about the link starts from the gateway's announced
 /// service time. An unreachable gateway is not an error: hard tokens fall back until it is up.
 pub async fn connect(cloud: &CloudArgs, tok: &Tokenizer, slm_id: &str) -> anyhow::Result<(Link, LinkHealth)> {
-    let config = link_config(cloud, tok, slm_id)?;
+    connect_with(cloud, link_config(cloud, tok, slm_id)?).await
+}
+
+/// [`connect`] for a long-running process (`serve`): SIGHUP also reloads the client
+/// certificate (a one-shot command keeps SIGHUP's default, ending the process).
+pub async fn connect_reloading_on_sighup(cloud: &CloudArgs, tok: &Tokenizer, slm_id: &str) -> anyhow::Result<(Link, LinkHealth)> {
+    connect_with(cloud, LinkConfig { reload_on_sighup: true, ..link_config(cloud, tok, slm_id)? }).await
+}
+
+async fn connect_with(cloud: &CloudArgs, config: LinkConfig) -> anyhow::Result<(Link, LinkHealth)> {
     let gateway = config.gateway.clone();
     let link = Link::start(config)?;
     let service = match link.wait_up(Duration::from_millis(cloud.connect_wait_ms)).await {

@@ -8,6 +8,7 @@ pub mod bundles;
 pub mod decode;
 pub mod link;
 pub mod link_cloud;
+pub mod rotation;
 pub mod router;
 pub mod router_file;
 pub mod shipped_router;

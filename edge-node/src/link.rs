@@ -62,6 +62,12 @@ pub struct LinkConfig {
     pub backoff_min: Duration,
     /// Longest reconnect delay: what a device may lose after its gateway is back (2 s).
     pub backoff_max: Duration,
+    /// How often the client certificate and key files are checked for a rotation (zero: never
+    /// polled); the next connection uses the new pair.
+    pub cert_poll: Duration,
+    /// Also reload the client certificate on SIGHUP (a long-running `serve`; a one-shot command
+    /// keeps SIGHUP's default of ending the process).
+    pub reload_on_sighup: bool,
 }
 
 impl LinkConfig {
@@ -81,6 +87,8 @@ impl LinkConfig {
             slm_id: String::new(),
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(2),
+            cert_poll: Duration::from_secs(2),
+            reload_on_sighup: false,
         }
     }
 }
@@ -101,6 +109,8 @@ pub struct Connected {
     pub protocol_version: u16,
     /// Requests waiting for a reply on it: a drained replica's connection is closed once none is.
     in_flight: Arc<AtomicU64>,
+    /// Its UDP endpoint (one per connection), waited on at [`Link::close`] so the close is sent.
+    endpoint: quinn::Endpoint,
 }
 
 /// A request counted in [`Connected::in_flight`] while it lives.
@@ -185,25 +195,97 @@ pub struct Link {
     counters: Arc<LinkCounters>,
     /// A liveness probe is in flight: every silent fallback asks for one, one at a time runs.
     probing: Arc<AtomicBool>,
-    _task: Arc<LinkTask>,
+    /// Every welcomed connection not known closed: the live one and a drained one still kept.
+    open: Arc<OpenConnections>,
+    tasks: Arc<LinkTask>,
+    client: Arc<ClientTls>,
 }
 
-struct LinkTask(tokio::task::JoinHandle<()>);
+/// The link's background tasks (the connection loop, the certificate watcher), stopped when
+/// the last handle goes or at [`Link::close`].
+struct LinkTask(Vec<tokio::task::JoinHandle<()>>);
+
+impl LinkTask {
+    fn abort(&self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
 
 impl Drop for LinkTask {
     fn drop(&mut self) {
-        self.0.abort();
+        self.abort();
     }
 }
+
+/// The welcomed connections a [`Link::close`] must close: without an explicit close and a wait
+/// for the endpoint to send it, a process that exits right after dropping its link leaves the
+/// gateway holding the connection until its idle timeout (a drain waits for it).
+#[derive(Default)]
+struct OpenConnections(std::sync::Mutex<Vec<(quinn::Connection, quinn::Endpoint)>>);
+
+impl OpenConnections {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(quinn::Connection, quinn::Endpoint)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Remember `c` (and forget the connections already closed).
+    fn add(&self, c: &Connected) {
+        let mut open = self.lock();
+        open.retain(|(conn, _)| conn.close_reason().is_none());
+        open.push((c.conn.clone(), c.endpoint.clone()));
+    }
+}
+
+/// How long [`Link::close`] waits for its connections' closes to be sent and acknowledged.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
+/// QUIC application close code of a device that leaves (its process ends).
+pub const CLOSE_LEAVING: u32 = 0;
 
 impl Link {
     /// Start the link task; it connects in the background.
     pub fn start(config: LinkConfig) -> anyhow::Result<Self> {
-        let client = crate::tls::client_config_with_identity(config.ca_cert.as_deref(), config.insecure, Duration::from_secs(2), config.client_identity.as_ref())?;
+        let build = {
+            let (ca_cert, insecure) = (config.ca_cert.clone(), config.insecure);
+            move |identity: Option<&crate::tls::ClientIdentity>| crate::tls::client_config_with_identity(ca_cert.as_deref(), insecure, Duration::from_secs(2), identity)
+        };
+        let client = Arc::new(ClientTls::new(build(config.client_identity.as_ref())?));
         anyhow::ensure!(!gateway_list(&config.gateway).is_empty(), "no gateway address in `{}`", config.gateway);
+        let mut tasks = Vec::new();
+        if let Some(identity) = config.client_identity.clone() {
+            let watch = crate::rotation::WatchConfig { poll: config.cert_poll, on_sighup: config.reload_on_sighup };
+            if let Some(task) = crate::rotation::spawn(identity, client.clone(), watch, move |id| build(Some(id))) {
+                tasks.push(task);
+            }
+        }
         let (tx, rx) = watch::channel(LinkState::Connecting);
-        let task = tokio::spawn(run_link(client, config, tx));
-        Ok(Self { state: rx, counters: Arc::new(LinkCounters::default()), probing: Arc::default(), _task: Arc::new(LinkTask(task)) })
+        let open = Arc::new(OpenConnections::default());
+        tasks.push(tokio::spawn(run_link(client.clone(), config, tx, open.clone())));
+        Ok(Self { state: rx, counters: Arc::new(LinkCounters::default()), probing: Arc::default(), open, tasks: Arc::new(LinkTask(tasks)), client })
+    }
+
+    /// How many rotated client certificates were loaded since the link started (each is used
+    /// from the next connection on).
+    pub fn certificate_reloads(&self) -> u64 {
+        self.client.replaced()
+    }
+
+    /// Leave: stop reconnecting, close every connection (the live one and a drained replica's
+    /// still kept) with [`CLOSE_LEAVING`], and wait up to a second until the closes are sent.
+    /// Call it before the process exits: dropping the link only queues the close, and a runtime
+    /// shut down right after never sends it, so the gateway would hold the connection (and a
+    /// draining one would wait) until its idle timeout.
+    pub async fn close(&self) {
+        self.tasks.abort();
+        let open = std::mem::take(&mut *self.open.lock());
+        for (conn, _) in &open {
+            conn.close(CLOSE_LEAVING.into(), b"device leaving");
+        }
+        let idle = futures_wait_idle(open.iter().map(|(_, e)| e.clone()).collect());
+        if tokio::time::timeout(CLOSE_WAIT, idle).await.is_err() {
+            tracing::debug!("the gateway did not acknowledge the close within {CLOSE_WAIT:?}");
+        }
     }
 
     /// The current state.
@@ -359,6 +441,33 @@ impl Drop for ProbeDone {
     }
 }
 
+/// The QUIC client configuration new connections use, replaced when the device certificate is
+/// rotated ([`crate::rotation`]); a connection keeps the one it was made with.
+pub struct ClientTls(std::sync::RwLock<quinn::ClientConfig>, AtomicU64);
+
+impl ClientTls {
+    /// A cell holding `config`.
+    pub fn new(config: quinn::ClientConfig) -> Self {
+        Self(std::sync::RwLock::new(config), AtomicU64::new(0))
+    }
+
+    /// How many times the configuration was replaced (a rotated certificate loaded).
+    pub fn replaced(&self) -> u64 {
+        self.1.load(Ordering::Relaxed)
+    }
+
+    /// The configuration for the next connection.
+    pub fn current(&self) -> quinn::ClientConfig {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Use `config` from the next connection on.
+    pub fn replace(&self, config: quinn::ClientConfig) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = config;
+        self.1.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Longest frame a gateway pushes (a `GoAway`), and how long reading it may take.
 const PUSH_MAX_BYTES: usize = 1024;
 const PUSH_READ_WAIT: Duration = Duration::from_secs(2);
@@ -422,7 +531,7 @@ async fn connect_once(client: &quinn::ClientConfig, addr: SocketAddr, cfg: &Link
     let conn = tokio::time::timeout(CONNECT_TIMEOUT, connecting)
         .await
         .map_err(|_| Attempt::Failed("connect timed out".to_string()))?
-        .map_err(|e| Attempt::Failed(e.to_string()))?;
+        .map_err(|e| refused_certificate(&e).map_or_else(|| Attempt::Failed(e.to_string()), Attempt::Refused))?;
     let hello = hello(version, &cfg.device_id, &cfg.auth_token, &cfg.tokenizer_fingerprint, &cfg.slm_id);
     let exchange = async {
         let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
@@ -434,17 +543,46 @@ async fn connect_once(client: &quinn::ClientConfig, addr: SocketAddr, cfg: &Link
     };
     match tokio::time::timeout(Duration::from_secs(5), exchange).await {
         Err(_) => Err(Attempt::Failed("handshake timed out".into())),
-        Ok(Err(e)) => Err(Attempt::Failed(format!("handshake: {e}"))),
+        Ok(Err(e)) => {
+            // Under mutual TLS the gateway's verdict on this device's certificate arrives just
+            // after the client's side of the TLS handshake ended: a refusal closes the connection
+            // with a TLS alert, which says why better than the failed stream does.
+            let closed = tokio::time::timeout(Duration::from_millis(500), conn.closed()).await.ok();
+            match closed.as_ref().and_then(refused_certificate) {
+                Some(why) => Err(Attempt::Refused(why)),
+                None => Err(Attempt::Failed(format!("handshake: {e}"))),
+            }
+        }
         Ok(Ok(reply)) => match read_handshake(reply, &cfg.tokenizer_fingerprint) {
             HandshakeAnswer::Welcome { gateway_id, llm_id, limits } => {
                 tracing::info!(%gateway_id, %llm_id, %addr, version, rtt_ms = conn.rtt().as_millis() as u64, "connected to the gateway");
-                Ok(Connected { conn, limits, generation, addr, protocol_version: version, in_flight: Arc::default() })
+                Ok(Connected { conn, limits, generation, addr, protocol_version: version, in_flight: Arc::default(), endpoint })
             }
             HandshakeAnswer::Downgrade { version } => Err(Attempt::Downgrade(version)),
             HandshakeAnswer::Refused(why) => Err(Attempt::Refused(why)),
             HandshakeAnswer::Unexpected(why) => Err(Attempt::Failed(why)),
         },
     }
+}
+
+/// What a TLS alert closing the connection says about this device's certificate, if it is one
+/// the gateway sends for a refused client certificate (RFC 8446 §6: alert codes 42, 44, 45,
+/// 48, 116, carried as QUIC crypto errors 0x100 + alert).
+fn refused_certificate(e: &quinn::ConnectionError) -> Option<String> {
+    let code = match e {
+        quinn::ConnectionError::ConnectionClosed(c) => u64::from(c.error_code),
+        quinn::ConnectionError::TransportError(t) => u64::from(t.code),
+        _ => return None,
+    };
+    let why = match code.checked_sub(0x100)? {
+        42 => "bad certificate",
+        44 => "certificate revoked (by the gateway's deny list or the fleet CA's CRL)",
+        45 => "certificate expired",
+        48 => "certificate not issued by a CA the gateway trusts",
+        116 => "certificate required (start with --client-cert and --client-key)",
+        _ => return None,
+    };
+    Some(format!("the gateway refused this device's TLS client certificate: {why}"))
 }
 
 /// How a welcomed connection ended.
@@ -498,7 +636,14 @@ fn offer_previous(tx: &watch::Sender<LinkState>, previous: &mut Option<Connected
     *previous = Some(p);
 }
 
-async fn run_link(client: quinn::ClientConfig, cfg: LinkConfig, tx: watch::Sender<LinkState>) {
+/// Wait until every endpoint in `endpoints` is idle (its connections' closes sent).
+async fn futures_wait_idle(endpoints: Vec<quinn::Endpoint>) {
+    for endpoint in endpoints {
+        endpoint.wait_idle().await;
+    }
+}
+
+async fn run_link(client: Arc<ClientTls>, cfg: LinkConfig, tx: watch::Sender<LinkState>, open: Arc<OpenConnections>) {
     let entries = gateway_list(&cfg.gateway);
     let mut failover = Failover::new(cfg.backoff_min, cfg.backoff_max, rand::rng().random::<u32>() as usize);
     let mut generation = 0u64;
@@ -519,7 +664,9 @@ async fn run_link(client: quinn::ClientConfig, cfg: LinkConfig, tx: watch::Sende
             sleep_jittered(wait).await;
             continue;
         };
-        let attempt = connect(&client, addr, &cfg, generation + 1);
+        // The device certificate in force now: a rotated one is used from the next connection on.
+        let current = client.current();
+        let attempt = connect(&current, addr, &cfg, generation + 1);
         tokio::pin!(attempt);
         let result = if matches!(&*tx.borrow(), LinkState::Moving(_)) {
             tokio::select! {
@@ -535,6 +682,7 @@ async fn run_link(client: quinn::ClientConfig, cfg: LinkConfig, tx: watch::Sende
         };
         let wait = match result {
             Ok(connected) => {
+                open.add(&connected);
                 generation += 1;
                 failover.connected();
                 if let Some(drained) = previous.take() {

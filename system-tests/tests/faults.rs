@@ -1,9 +1,16 @@
 //! Faults: the gateway dies, restarts, or is slow; the edge never stalls and recovers alone.
 //! Tiny models on both sides keep these fast; the gateway runs as a separate process so it can
 //! be killed.
+//!
+//! Nothing here waits a fixed time for something to have happened: a test waits for what it
+//! can observe (the gateway's `/readyz`, its escalation counter on `/metrics`) under one
+//! generous deadline, so a busy 2-core machine makes it slower, not wrong.
 
 mod support;
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::protocol::{Frame, WireSampling, ContextSync, TokenIds};
@@ -17,16 +24,77 @@ fn edge_args<'a>(port: &'a str, ca: &'a str, tokens: &'a str, extra: &[&'a str])
     v
 }
 
+/// How long anything here may take to become observable (model loads on a busy machine).
+const PATIENCE: Duration = Duration::from_secs(90);
+
+/// A gateway process on QUIC `port` with its HTTP side port on `http` (to watch it).
+fn observed_gateway(port: u16, http: u16, cert: &Path, key: &Path, extra: &[&str]) -> GatewayProcess {
+    let child = std::process::Command::new(gateway_exe())
+        .args([
+            format!("--listen=127.0.0.1:{port}"),
+            format!("--http-listen=127.0.0.1:{http}"),
+            format!("--tls-cert={}", cert.display()),
+            format!("--tls-key={}", key.display()),
+            format!("--model={TINY}"),
+            "--threads=1".into(),
+            "--max-context=4096".into(),
+            "--log=warn".into(),
+        ])
+        .args(extra)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("spawn cloud-gateway");
+    GatewayProcess::from_child(child)
+}
+
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// `GET path` on the side port: (status, body), `None` while nothing answers.
+fn http_get(http: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", http)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, text.split_once("\r\n\r\n").map_or(String::new(), |(_, body)| body.to_string())))
+}
+
+/// Escalations the gateway received so far (0 before it answers).
+fn escalations(http: u16) -> f64 {
+    let page = http_get(http, "/metrics").map(|(_, body)| body).unwrap_or_default();
+    page.lines().find_map(|l| l.strip_prefix("duet_gateway_escalations_received_total ")?.trim().parse().ok()).unwrap_or(0.0)
+}
+
+/// Wait until `done` holds, polling every 20 ms, at most [`PATIENCE`].
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let until = Instant::now() + PATIENCE;
+    while !done() {
+        assert!(Instant::now() < until, "waited {PATIENCE:?} for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Wait until the gateway on side port `http` says it is ready.
+fn wait_ready(http: u16) {
+    wait_until("the gateway's /readyz", || http_get(http, "/readyz").is_some_and(|(status, _)| status == 200));
+}
+
 #[test]
 fn gateway_killed_mid_generation_edge_finishes_locally() {
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = cert_pair(dir.path());
-    let port = free_udp_port();
-    let mut gw = spawn_gateway_process(port, &cert, &key, TINY, &["--backend-delay-ms=15"]);
+    let (port, http) = (free_udp_port(), free_tcp_port());
+    let mut gw = observed_gateway(port, http, &cert, &key, &["--backend-delay-ms=15"]);
+    wait_ready(http);
     let addr = format!("127.0.0.1:{port}");
     let ca = cert.to_str().unwrap().to_string();
+    // Killed once it has served a part of the 400 tokens (the edge is mid-generation).
     let killer = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(2500));
+        wait_until("the gateway serving 50 escalations", || escalations(http) >= 50.0);
         gw.kill();
     });
     let (v, elapsed) = edge_json(&edge_args(&addr, &ca, "400", &["--deadline-max-ms", "300", "--connect-wait-ms", "5000"]));
@@ -42,19 +110,19 @@ fn gateway_killed_mid_generation_edge_finishes_locally() {
 fn gateway_restarted_edge_reconnects_and_resyncs() {
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = cert_pair(dir.path());
-    let port = free_udp_port();
-    let mut gw = spawn_gateway_process(port, &cert, &key, TINY, &["--backend-delay-ms=2"]);
+    let (port, http) = (free_udp_port(), free_tcp_port());
+    let mut gw = observed_gateway(port, http, &cert, &key, &["--backend-delay-ms=2"]);
+    wait_ready(http);
     let addr = format!("127.0.0.1:{port}");
     let ca = cert.to_str().unwrap().to_string();
     let (c2, k2) = (cert.clone(), key.clone());
     let restarter = std::thread::spawn(move || {
-        // Well into the ~30 s generation, and after the edge has connected even when it is
-        // slow to start (the other tests of this file load models at the same time: under
-        // load, at 1.5 s the edge sometimes first reached the restarted gateway).
-        std::thread::sleep(Duration::from_millis(5000));
+        // Once the edge is connected and served (however slow it was to start), well before
+        // the end of its 3000 tokens; then a 200 ms outage.
+        wait_until("the first gateway serving 100 escalations", || escalations(http) >= 100.0);
         gw.kill();
         std::thread::sleep(Duration::from_millis(200));
-        spawn_gateway_process(port, &c2, &k2, TINY, &["--backend-delay-ms=2"])
+        observed_gateway(port, free_tcp_port(), &c2, &k2, &["--backend-delay-ms=2"])
     });
     let (v, _) = edge_json(&edge_args(&addr, &ca, "3000", &["--deadline-max-ms", "300", "--connect-wait-ms", "5000"]));
     let _gw2 = restarter.join().unwrap();
@@ -68,12 +136,12 @@ fn gateway_restarted_edge_reconnects_and_resyncs() {
 fn slow_backend_falls_back_within_the_deadline() {
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = cert_pair(dir.path());
-    let port = free_udp_port();
-    let _gw = spawn_gateway_process(port, &cert, &key, TINY, &["--backend-delay-ms=3000"]);
+    let (port, http) = (free_udp_port(), free_tcp_port());
+    let _gw = observed_gateway(port, http, &cert, &key, &["--backend-delay-ms=3000"]);
+    // The gateway's start-up warms its backend up, which takes the backend's delay (or more).
+    wait_ready(http);
     let addr = format!("127.0.0.1:{port}");
     let ca = cert.to_str().unwrap().to_string();
-    // The gateway's start-up warms its backend up, which takes the backend's delay (or more):
-    // the edge waits long enough to start with a connection.
     let (v, elapsed) = edge_json(&edge_args(&addr, &ca, "40", &["--deadline-max-ms", "200", "--connect-wait-ms", "15000"]));
     assert_eq!(v["tokens"], 40);
     assert_eq!(v["cloud_tokens"], 0, "{v}");

@@ -3,7 +3,9 @@
 //! device id from the verified certificate and never from `Hello`, refuses forged, expired and
 //! revoked certificates in the TLS handshake, closes a device's live connection when its
 //! certificate is revoked (the deny list reloaded while running), keeps one connection per
-//! identity (the newest wins), and limits each identity's escalation rate.
+//! identity (the newest wins), and limits each identity's escalation rate. A device's rotated
+//! certificate is used from its next connection on without restarting the edge, and a
+//! certificate the fleet CA revoked in a CRL is refused like a denied one.
 //!
 //! The gateways run in this process with a backend whose token is a fixed function of the
 //! context ([`replicas::HashBackend`]), so "A's context is intact" is checked exactly: A's next
@@ -521,4 +523,86 @@ async fn a_running_edge_reconnects_to_a_restarted_dev_gateway_because_its_certif
     }
     assert_eq!(std::fs::read(&pinned).unwrap(), written, "the same certificate file");
     assert!(matches!(link.request(&Frame::Ping { nonce: 1 }, Instant::now() + Duration::from_secs(5)).await, Ok((Frame::Pong { nonce: 1 }, _))));
+}
+
+/// Wait until `check` holds, at most `within`.
+async fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> bool) {
+    let until = Instant::now() + within;
+    while !check() {
+        assert!(Instant::now() < until, "waited {within:?} for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Certificate rotation without restarting the edge, then revocation by the fleet CA's CRL:
+/// the running link picks up the new pair installed over its files and keeps its live
+/// connection (still on the old certificate); revoking the old certificate in the CRL closes
+/// that connection, the link reconnects with the new certificate by itself, and the old
+/// certificate is refused in the TLS handshake, which the link reports as a refusal that says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_certificate_is_used_on_the_next_connection_and_a_crl_revoked_one_is_refused() {
+    let fleet = Fleet::new();
+    let crl = fleet.dir.path().join("fleet-crl.pem");
+    let gw = fleet.gateway(|mut c| {
+        c.identity.client_crls = vec![crl.clone()];
+        c
+    }).await;
+    let addr = gw.local_addr().unwrap();
+    let (old, old_serial) = fleet.enrol("rotor");
+    // The files the edge is configured with; an installer later writes the new pair over them.
+    let installed = ClientIdentity { cert: fleet.dir.path().join("rotor-cert.pem"), key: fleet.dir.path().join("rotor-key.pem") };
+    std::fs::copy(&old.cert, &installed.cert).unwrap();
+    std::fs::copy(&old.key, &installed.key).unwrap();
+    let link = edge_node::link::Link::start(edge_node::link::LinkConfig {
+        client_identity: Some(installed.clone()),
+        cert_poll: Duration::from_millis(50),
+        backoff_max: Duration::from_millis(300),
+        ..edge_node::link::LinkConfig::new(addr.to_string(), Some(fleet.server_cert()), "rotor", fingerprint())
+    })
+    .unwrap();
+    let first = link.wait_up(Duration::from_secs(10)).await.expect("welcomed with the first certificate");
+    let registry = &gw.shared.identity.registry;
+    assert_eq!(registry.serial_hex("rotor"), Some(old_serial.clone()));
+
+    // Rotate: the new pair goes over the files the edge reads.
+    let (new, new_serial) = fleet.enrol("rotor");
+    std::fs::copy(&new.key, &installed.key).unwrap();
+    std::fs::copy(&new.cert, &installed.cert).unwrap();
+    eventually("the edge loading the rotated certificate", Duration::from_secs(10), || link.certificate_reloads() >= 1).await;
+    // The live connection is untouched: same connection, still the old certificate.
+    assert!(matches!(link.request(&Frame::Ping { nonce: 1 }, Instant::now() + Duration::from_secs(5)).await, Ok((Frame::Pong { nonce: 1 }, ref c)) if c.generation == first.generation));
+    assert_eq!(registry.serial_hex("rotor"), Some(old_serial.clone()));
+
+    // Revoke the old certificate in the fleet CA's CRL: its connection is closed within a poll,
+    // and the edge comes back by itself on the new certificate.
+    let old_serial_parsed = fleet.ca.issued_serials("rotor").unwrap().into_iter().find(|s| s.to_hex() == old_serial).unwrap();
+    assert_eq!(fleet.ca.revoke_into_crl(&crl, &[old_serial_parsed]).unwrap(), 1);
+    let closed = closed_within(&first.conn, Duration::from_secs(5)).await;
+    assert_eq!(application_close(&closed).0, CLOSE_REVOKED, "{closed:?}");
+    eventually("the edge reconnecting with the new certificate", Duration::from_secs(10), || registry.serial_hex("rotor").as_deref() == Some(new_serial.as_str())).await;
+    let (answer, on) = link.request(&escalate(1, 0, full(&[1, 2, 3])), Instant::now() + Duration::from_secs(5)).await.expect("served on the new certificate");
+    assert!(matches!(answer, Frame::Token { .. }), "{answer:?}");
+    assert!(on.generation > first.generation);
+
+    // The old certificate is refused in the TLS handshake, and a link holding it says why.
+    assert_eq!(connect(addr, &fleet.server_cert(), Some(&old), "rotor").await.unwrap_err(), Refusal::Tls(ALERT_CERTIFICATE_REVOKED));
+    let stale = edge_node::link::Link::start(edge_node::link::LinkConfig {
+        client_identity: Some(old.clone()),
+        ..edge_node::link::LinkConfig::new(addr.to_string(), Some(fleet.server_cert()), "rotor", fingerprint())
+    })
+    .unwrap();
+    let mut refusal = None;
+    eventually("the revoked link's refusal", Duration::from_secs(10), || {
+        if let edge_node::link::LinkState::Rejected(why) = stale.state() {
+            refusal = Some(why);
+        }
+        refusal.is_some()
+    })
+    .await;
+    let why = refusal.unwrap();
+    assert!(why.contains("certificate revoked"), "{why}");
+    eprintln!("a revoked device is told: {why}");
+    link.close().await;
+    stale.close().await;
+    gw.shutdown().await;
 }

@@ -103,9 +103,14 @@ pub struct IdentityArgs {
     /// devices are refused and disconnected.
     #[arg(long, env = "DUET_REVOKED_FILE")]
     pub revoked_file: Option<PathBuf>,
-    /// How often the deny list's file is checked for changes, ms.
+    /// How often the deny list's and the CRLs' files are checked for changes, ms.
     #[arg(long, env = "DUET_REVOKED_POLL_MS", default_value_t = gateway().identity.revoked_poll.as_millis() as u64)]
     pub revoked_poll_ms: u64,
+    /// Certificate revocation lists signed by the fleet CA (PEM or DER; `cloud-gateway ca
+    /// revoke --crl` writes one), checked in the TLS handshake with --client-ca. Several:
+    /// repeat the flag or separate with commas. Reloaded on change and on SIGHUP.
+    #[arg(long = "client-crl", env = "DUET_CLIENT_CRL", value_delimiter = ',')]
+    pub client_crls: Vec<PathBuf>,
     /// Escalations per second each device may sustain (0 = no limit); beyond it `Busy`.
     #[arg(long, env = "DUET_DEVICE_RATE_LIMIT", default_value_t = gateway().identity.device_rate.per_second)]
     pub device_rate_limit: u32,
@@ -122,6 +127,7 @@ impl IdentityArgs {
             client_ca: self.client_ca.clone(),
             revoked_file: self.revoked_file.clone(),
             revoked_poll: Duration::from_millis(self.revoked_poll_ms),
+            client_crls: self.client_crls.clone(),
             device_rate: RateLimit { per_second: self.device_rate_limit, burst: self.device_rate_burst },
         }
     }

@@ -116,15 +116,19 @@ pub struct IdentityConfig {
     /// Deny list of device ids and certificate serials (see [`crate::identity::revoked`]),
     /// reloaded while running.
     pub revoked_file: Option<PathBuf>,
-    /// How often the deny list's file is checked for changes (SIGHUP reloads at once).
+    /// How often the deny list's and CRLs' files are checked for changes (SIGHUP reloads at
+    /// once).
     pub revoked_poll: Duration,
+    /// Certificate revocation lists the fleet CA signed (`cloud-gateway ca revoke --crl`),
+    /// checked in the TLS handshake beside the deny list and reloaded while running.
+    pub client_crls: Vec<PathBuf>,
     /// Escalations per second (and burst) each device identity may make; beyond it `Busy`.
     pub device_rate: RateLimit,
 }
 
 impl Default for IdentityConfig {
     fn default() -> Self {
-        Self { gateway_id: "duet-gateway".into(), auth_token: None, client_ca: None, revoked_file: None, revoked_poll: Duration::from_secs(2), device_rate: RateLimit::default() }
+        Self { gateway_id: "duet-gateway".into(), auth_token: None, client_ca: None, revoked_file: None, revoked_poll: Duration::from_secs(2), client_crls: Vec::new(), device_rate: RateLimit::default() }
     }
 }
 

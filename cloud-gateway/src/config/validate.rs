@@ -39,6 +39,7 @@ impl GatewayConfig {
         let identity = &mut self.identity;
         identity.auth_token = identity.auth_token.take().filter(|t| !t.is_empty());
         identity.revoked_poll = identity.revoked_poll.max(Duration::from_millis(10));
+        ensure!(identity.client_crls.is_empty() || identity.client_ca.is_some(), "a CRL (--client-crl) needs the fleet CA it comes from (--client-ca)");
         identity.device_rate.burst = identity.device_rate.burst.max(1);
         let drain = &mut self.drain;
         drain.admin_token = drain.admin_token.take().filter(|t| !t.is_empty());

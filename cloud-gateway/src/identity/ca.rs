@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use common::device_id::check_device_id;
-use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SerialNumber};
+use rcgen::{BasicConstraints, CertificateParams, CertificateRevocationListParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyIdMethod, KeyPair, KeyUsagePurpose, RevokedCertParams, SerialNumber};
 use time::OffsetDateTime;
 
 use super::cert::Serial;
@@ -166,6 +166,71 @@ impl FleetCa {
         writeln!(file, "{}\t{}\t{until}", issued.serial, issued.device_id).with_context(|| format!("writing {}", log.display()))?;
         Ok((cert_path, key_path))
     }
+}
+
+impl FleetCa {
+    /// The serials `issued.tsv` logged for `device_id` (every certificate issued to it so far).
+    pub fn issued_serials(&self, device_id: &str) -> anyhow::Result<Vec<Serial>> {
+        let log = self.dir.join(ISSUED_LOG);
+        let text = std::fs::read_to_string(&log).with_context(|| format!("reading {}", log.display()))?;
+        Ok(text
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split('\t');
+                let serial = Serial::from_hex(fields.next()?)?;
+                (fields.next()? == device_id).then_some(serial)
+            })
+            .collect())
+    }
+
+    /// Add `serials` to the CRL at `path` (created if missing: the entries already there are
+    /// kept) and sign it again with the next CRL number; the file is replaced whole, so a
+    /// gateway never reads half of it. Returns how many serials were new.
+    pub fn revoke_into_crl(&self, path: &Path, serials: &[Serial]) -> anyhow::Result<usize> {
+        let (mut revoked, number) = match std::fs::read(path) {
+            Ok(bytes) => read_own_crl(path, &bytes)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Vec::new(), 0),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        let now = unix_now();
+        let mut added = 0;
+        for serial in serials {
+            if !revoked.iter().any(|(s, _)| s == serial) {
+                revoked.push((serial.clone(), now));
+                added += 1;
+            }
+        }
+        let params = CertificateRevocationListParams {
+            this_update: at(now - BACKDATE_SECONDS)?,
+            next_update: at(now + CRL_VALID_DAYS * DAY_SECONDS)?,
+            crl_number: SerialNumber::from(number.saturating_add(1).to_be_bytes().to_vec()),
+            issuing_distribution_point: None,
+            revoked_certs: revoked
+                .iter()
+                .map(|(serial, when)| Ok(RevokedCertParams { serial_number: SerialNumber::from(serial.to_bytes()), revocation_time: at(*when)?, reason_code: None, invalidity_date: None }))
+                .collect::<anyhow::Result<Vec<_>>>()?,
+            key_identifier_method: KeyIdMethod::Sha256,
+        };
+        let pem = params.signed_by(&self.issuer).context("signing the CRL")?.pem().context("encoding the CRL")?;
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, pem).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))?;
+        Ok(added)
+    }
+}
+
+/// How long a CRL says it is current (the gateway does not refuse a CRL past it: a fleet whose
+/// operator revokes nothing for a year keeps working).
+const CRL_VALID_DAYS: i64 = 365;
+
+/// The entries (serial, revocation time) and CRL number of a CRL this CA wrote before.
+fn read_own_crl(path: &Path, bytes: &[u8]) -> anyhow::Result<(Vec<(Serial, i64)>, u64)> {
+    use rustls::pki_types::pem::PemObject;
+    let der = rustls::pki_types::CertificateRevocationListDer::from_pem_slice(bytes).with_context(|| format!("{} is not a PEM CRL", path.display()))?;
+    let (_, crl) = x509_parser::parse_x509_crl(der.as_ref()).map_err(|e| anyhow::anyhow!("parsing the CRL {}: {e}", path.display()))?;
+    let entries = crl.iter_revoked_certificates().map(|r| (Serial::from_bytes(r.raw_serial()), r.revocation_date.timestamp())).collect();
+    let number = crl.crl_number().map_or(0, |n| n.to_bytes_be().iter().fold(0u64, |acc, &b| acc.saturating_mul(256).saturating_add(u64::from(b))));
+    Ok((entries, number))
 }
 
 #[cfg(test)]

@@ -41,6 +41,15 @@ impl Serial {
         Some(Self::from_bytes(&bytes))
     }
 
+    /// Big-endian bytes, no leading zeros (what a CRL entry's serial is made from).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        if self.0.is_empty() {
+            vec![0]
+        } else {
+            self.0.clone()
+        }
+    }
+
     /// Lower-case hex, as `fleet issue` prints it and a deny list takes it.
     pub fn to_hex(&self) -> String {
         if self.0.is_empty() {

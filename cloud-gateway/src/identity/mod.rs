@@ -11,11 +11,13 @@
 //! any id. That is a development mode, and the gateway says so at start-up.
 //!
 //! Either way one connection serves one identity at a time ([`registry`]: the newest replaces
-//! the older), a deny list reloaded without restart refuses and disconnects revoked devices
-//! (`reload`), and each identity has its own escalation rate limit (`rate`).
+//! the older), a deny list and the fleet CA's CRLs ([`crl`]), reloaded without restart, refuse
+//! and disconnect revoked devices (`reload`), and each identity has its own escalation rate
+//! limit (`rate`).
 
 pub mod ca;
 pub(crate) mod cert;
+pub mod crl;
 pub(crate) mod rate;
 pub mod registry;
 mod reload;
@@ -23,7 +25,7 @@ pub mod revoked;
 mod verifier;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use common::protocol::RejectReason;
@@ -33,6 +35,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::GatewayConfig;
 use cert::parse_device_cert;
+use crl::CrlSet;
 use rate::DeviceRateLimiter;
 use registry::{Identity, Registry};
 use revoked::{DenyCell, DenyList};
@@ -49,6 +52,9 @@ pub struct Identities {
     pub rate: DeviceRateLimiter,
     revoked_file: Option<PathBuf>,
     revoked_poll: Duration,
+    /// The CRL files (`--client-crl`), and the set in force.
+    crl_files: Vec<PathBuf>,
+    crls: RwLock<Arc<CrlSet>>,
 }
 
 impl Identities {
@@ -65,9 +71,21 @@ impl Identities {
             None => DenyList::default(),
         };
         let deny = Arc::new(DenyCell::new(list));
+        let crl_files = config.identity.client_crls.clone();
+        // As with the deny list, a CRL not written yet revokes nothing (`ca revoke --crl`
+        // creates it, and the reloader reads it once it appears); one that does not parse
+        // stops the gateway.
+        let present: Vec<PathBuf> = crl_files.iter().filter(|p| p.exists()).cloned().collect();
+        for missing in crl_files.iter().filter(|p| !p.exists()) {
+            tracing::warn!(path = %missing.display(), "the CRL does not exist yet: nothing revoked by it");
+        }
+        let crls = CrlSet::load(&present)?;
         let verifier = match &config.identity.client_ca {
             Some(ca) => {
-                let v = DeviceCertVerifier::load(ca, deny.clone())?;
+                let v = DeviceCertVerifier::load(ca, deny.clone(), crls.ders.clone())?;
+                if !crl_files.is_empty() {
+                    tracing::info!(files = crl_files.len(), revoked = crls.serials.len(), "checking device certificates against the fleet CA's CRLs");
+                }
                 tracing::info!(client_ca = %ca.display(), "mutual TLS: device identity comes from the client certificate");
                 Some(Arc::new(v))
             }
@@ -85,6 +103,8 @@ impl Identities {
             rate: DeviceRateLimiter::new(config.identity.device_rate, max_buckets),
             revoked_file: config.identity.revoked_file.clone(),
             revoked_poll: config.identity.revoked_poll,
+            crl_files,
+            crls: RwLock::new(Arc::new(crls)),
         })
     }
 
@@ -146,10 +166,39 @@ impl Identities {
         }
     }
 
-    /// Start reloading the deny list on change and on SIGHUP, if there is one.
+    /// Read the CRL files again; if they all parse, check new handshakes against them and
+    /// close the live connections whose certificates they now revoke. Returns how many were
+    /// closed (`None`: kept the CRLs in force).
+    pub fn reload_crls(&self) -> Option<usize> {
+        let loaded = CrlSet::load(&self.crl_files).map_err(anyhow::Error::from).and_then(|set| match &self.verifier {
+            Some(v) => v.set_crls(set.ders.clone()).map(|()| set),
+            None => Ok(set),
+        });
+        match loaded {
+            Ok(set) => {
+                let set = Arc::new(set);
+                *self.crls.write().unwrap_or_else(|p| p.into_inner()) = set.clone();
+                let closed = self.registry.close_where(|_, serial| set.revokes(serial));
+                metrics::gauge!("duet_gateway_crl_revoked_serials").set(set.serials.len() as f64);
+                tracing::info!(revoked = set.serials.len(), closed, "CRLs reloaded");
+                Some(closed)
+            }
+            Err(e) => {
+                tracing::warn!("{e:#}: keeping the CRLs in force");
+                None
+            }
+        }
+    }
+
+    /// Start reloading the deny list and the CRLs on change and on SIGHUP, if there are any.
     pub fn spawn_reloader(self: &Arc<Self>) -> Option<JoinHandle<()>> {
-        let path = self.revoked_file.clone()?;
+        if self.revoked_file.is_none() && self.crl_files.is_empty() {
+            return None;
+        }
         metrics::gauge!("duet_gateway_deny_list_entries").set(self.deny.get().len() as f64);
-        Some(reload::spawn(self.clone(), path, self.revoked_poll))
+        metrics::gauge!("duet_gateway_crl_revoked_serials").set(self.crls.read().unwrap_or_else(|p| p.into_inner()).serials.len() as f64);
+        let mut watched: Vec<(PathBuf, reload::Kind)> = self.revoked_file.iter().map(|p| (p.clone(), reload::Kind::DenyList)).collect();
+        watched.extend(self.crl_files.iter().map(|p| (p.clone(), reload::Kind::Crl)));
+        Some(reload::spawn(self.clone(), watched, self.revoked_poll))
     }
 }

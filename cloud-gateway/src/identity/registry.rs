@@ -9,7 +9,8 @@
 //! is told why it was closed. Two processes sharing one certificate therefore take turns
 //! rather than share: one certificate per device.
 //!
-//! The registry also lets a deny-list reload find and close the connections it now refuses.
+//! The registry also lets a deny-list or CRL reload find and close the connections it now
+//! refuses.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -72,8 +73,14 @@ impl Registry {
 
     /// Close every connection `list` denies; returns how many.
     pub fn close_denied(&self, list: &DenyList) -> usize {
+        self.close_where(|id, serial| list.denies(id, serial))
+    }
+
+    /// Close every connection whose device id and certificate serial `revoked` refuses (a
+    /// reloaded deny list or CRL); returns how many.
+    pub fn close_where(&self, revoked: impl Fn(&str, Option<&Serial>) -> bool) -> usize {
         let denied: Vec<(Arc<str>, quinn::Connection)> =
-            self.lock().iter().filter(|(id, live)| list.denies(id, live.serial.as_ref())).map(|(id, live)| (id.clone(), live.conn.clone())).collect();
+            self.lock().iter().filter(|(id, live)| revoked(id, live.serial.as_ref())).map(|(id, live)| (id.clone(), live.conn.clone())).collect();
         for (id, conn) in &denied {
             tracing::warn!(device = %id, remote = %conn.remote_address(), "credential revoked: closing the device's connection");
             conn.close(CLOSE_REVOKED.into(), REVOKED_REASON);
@@ -82,6 +89,13 @@ impl Registry {
             metrics::counter!("duet_gateway_connections_revoked_total").increment(denied.len() as u64);
         }
         denied.len()
+    }
+
+    /// The certificate serial (hex) the live connection of `device_id` was admitted with: which
+    /// of a device's certificates it uses now (after a rotation, the new one's once it
+    /// reconnects).
+    pub fn serial_hex(&self, device_id: &str) -> Option<String> {
+        self.lock().get(device_id).and_then(|l| l.serial.as_ref().map(Serial::to_hex))
     }
 
     /// Identities connected now.

@@ -1,8 +1,8 @@
-//! Reloading the deny list while the gateway runs: its file is polled for a new modification
-//! time or size every `--revoked-poll-ms`, and read at once on SIGHUP. A reload that parses
-//! replaces the list and closes the live connections it now refuses; one that does not (a typo,
-//! a half-written file, the file gone) keeps the previous list and says why, so revocation
-//! fails closed.
+//! Reloading the deny list and the CRLs while the gateway runs: their files are polled for a
+//! new modification time or size every `--revoked-poll-ms`, and read at once on SIGHUP. A
+//! reload that parses replaces the list (or the CRLs) and closes the live connections it now
+//! refuses; one that does not (a typo, a half-written file, the file gone) keeps the previous
+//! one and says why, so revocation fails closed.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,11 +31,20 @@ async fn hangup(signal: &mut Option<Signal>) {
     }
 }
 
-/// Watch `path` every `poll` (and on SIGHUP) and reload `identities`' deny list when it
-/// changes.
-pub fn spawn(identities: Arc<Identities>, path: PathBuf, poll: Duration) -> JoinHandle<()> {
+/// What a watched file is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The deny list (`--revoked-file`).
+    DenyList,
+    /// A CRL file (`--client-crl`).
+    Crl,
+}
+
+/// Watch the `files` every `poll` (and on SIGHUP) and reload what changed: the deny list, or
+/// all the CRLs when one of them changed.
+pub fn spawn(identities: Arc<Identities>, files: Vec<(PathBuf, Kind)>, poll: Duration) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut last = stamp(&path);
+        let mut last: Vec<_> = files.iter().map(|(path, _)| stamp(path)).collect();
         let mut tick = tokio::time::interval(poll.max(Duration::from_millis(10)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut hup = match signal(SignalKind::hangup()) {
@@ -50,10 +59,22 @@ pub fn spawn(identities: Arc<Identities>, path: PathBuf, poll: Duration) -> Join
                 _ = tick.tick() => false,
                 _ = hangup(&mut hup) => true,
             };
-            let now = stamp(&path);
-            if forced || now != last {
-                last = now;
-                identities.reload_deny_list(&path);
+            let (mut deny, mut crls) = (None, false);
+            for ((path, kind), last) in files.iter().zip(last.iter_mut()) {
+                let now = stamp(path);
+                if forced || now != *last {
+                    *last = now;
+                    match kind {
+                        Kind::DenyList => deny = Some(path),
+                        Kind::Crl => crls = true,
+                    }
+                }
+            }
+            if let Some(path) = deny {
+                identities.reload_deny_list(path);
+            }
+            if crls {
+                identities.reload_crls();
             }
         }
     })

@@ -32,7 +32,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use common::exchange::LinkHealth;
-use edge_node::args::{build_router_with_calibration, connect, deadline_policy, rate_controller, CloudArgs, ModelArgs};
+use edge_node::args::{build_router_with_calibration, connect_reloading_on_sighup, deadline_policy, rate_controller, CloudArgs, ModelArgs};
 use edge_node::bundles::{self, AgentConfig, BundleArgs, DeviceCounters, DeviceTarget};
 use edge_node::shipped_router::DEFAULT_ESCALATION_RATE;
 use metrics_exporter_prometheus::PrometheusBuilder;
@@ -106,13 +106,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         let prometheus = PrometheusBuilder::new().install_recorder().map_err(|e| tracing::warn!("metrics recorder not installed: {e}")).ok();
         let (link, health) = match &args.cloud.gateway {
             Some(_) => {
-                let (link, health) = connect(&args.cloud, &tok, &model_id).await?;
+                let (link, health) = connect_reloading_on_sighup(&args.cloud, &tok, &model_id).await?;
                 (Some(link), health)
             }
             None => (None, LinkHealth::new(deadline_policy(&args.cloud), Duration::ZERO)),
         };
         let (jobs, queue) = mpsc::channel(usize::from(args.queue));
         let gateway = args.cloud.gateway.clone().zip(link.clone());
+        let leaving = link.clone();
         let counters = Arc::new(DeviceCounters::default());
         let updates = link.clone().map(|link| {
             let config = AgentConfig { key: bundle_key, dir: args.bundles.dir(), poll: Duration::from_millis(args.bundles.bundle_poll_ms), target };
@@ -161,11 +162,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         });
         let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
         eprintln!("edge-node serving the OpenAI API on http://{} (mode {:?})", listener.local_addr()?, default_mode);
-        axum::serve(listener, http::routes(state)).with_graceful_shutdown(async {
+        let served = axum::serve(listener, http::routes(state)).with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })
         .await
-        .context("HTTP server")
+        .context("HTTP server");
+        // Close the gateway connections before the runtime goes, or the gateway holds them
+        // until its idle timeout.
+        if let Some(link) = leaving {
+            link.close().await;
+        }
+        served
     })
 }
 
