@@ -97,7 +97,25 @@ struct Printer<'a> {
     write_error: Option<std::io::Error>,
 }
 
-impl Printer<'_> {
+impl<'a> Printer<'a> {
+    /// A printer that has printed nothing yet; `quiet` (`--json`) records without printing.
+    fn new(tok: &'a Tokenizer, color: bool, quiet: bool, stop: Vec<u32>) -> Self {
+        Self {
+            tok,
+            decoder: StreamDecoder::new(),
+            color,
+            quiet,
+            stop,
+            ids: Vec::new(),
+            sources: Vec::new(),
+            top_probs: Vec::new(),
+            token_ms: Vec::new(),
+            last: Instant::now(),
+            pieces: Vec::new(),
+            write_error: None,
+        }
+    }
+
     fn on_token(&mut self, e: Emitted<'_>) -> ControlFlow<()> {
         self.ids.push(e.token);
         self.sources.push(e.source);
@@ -167,20 +185,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         "never" => false,
         _ => std::io::stdout().is_terminal(),
     };
-    let mut printer = Printer {
-        tok: &tok,
-        decoder: StreamDecoder::new(),
-        color,
-        quiet: args.json,
-        stop: lm.stop_tokens().to_vec(),
-        ids: Vec::new(),
-        sources: Vec::new(),
-        top_probs: Vec::new(),
-        token_ms: Vec::new(),
-        last: Instant::now(),
-        pieces: Vec::new(),
-        write_error: None,
-    };
+    let mut printer = Printer::new(&tok, color, args.json, lm.stop_tokens().to_vec());
     let mut cache = lm.new_cache(None)?;
     let mut slm = OnnxSlm::new(&mut lm, &mut cache, sampling)?;
     let gateway = args.cloud.gateway.clone();
