@@ -113,6 +113,19 @@ fn a_config_file_with_an_unknown_section_or_key_is_refused_by_name() {
 }
 
 #[test]
+fn client_crls_come_from_the_flag_its_variable_or_the_identity_section_and_need_a_client_ca() {
+    let args = GatewayArgs::parse_from(["cloud-gateway", "--client-ca=ca.pem", "--client-crl=a.pem,b.pem", "--client-crl=c.pem"]);
+    let c = args.gateway_config().unwrap();
+    assert_eq!(c.identity.client_crls, [std::path::PathBuf::from("a.pem"), "b.pem".into(), "c.pem".into()]);
+    assert!(GatewayArgs::parse_from(["cloud-gateway", "--client-crl=a.pem"]).gateway_config().is_err(), "a CRL without the CA it comes from");
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("gateway.toml");
+    std::fs::write(&f, "[identity]\nclient-ca = \"ca.pem\"\nclient-crl = [\"fleet-crl.pem\"]\n").unwrap();
+    let c = GatewayArgs::from_argv(argv(&["cloud-gateway", "--config", f.to_str().unwrap()])).unwrap().gateway_config().unwrap();
+    assert_eq!(c.identity.client_crls, [std::path::PathBuf::from("fleet-crl.pem")]);
+}
+
+#[test]
 fn a_flat_config_file_still_works_for_a_release_with_a_warning_per_key() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("gateway.toml");
