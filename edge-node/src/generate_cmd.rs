@@ -202,11 +202,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
                 let mut cloud = LinkCloud::new(&link, next_session_id(), WireSampling::from(sampling), health, !args.cloud.no_presync)
                     .with_speculation(args.cloud.speculate);
                 let params = DecodeParams { max_new_tokens: args.max_new_tokens, tau, rate_control };
-                let stats = decode(&mut slm, router.as_mut(), &mut cloud, prompt, params, |e| printer.on_token(e)).await;
-                // Close the connections before the runtime goes, or the gateway holds them
-                // until its idle timeout.
-                link.close().await;
-                anyhow::Ok(stats?)
+                anyhow::Ok(link.close_after(decode(&mut slm, router.as_mut(), &mut cloud, prompt, params, |e| printer.on_token(e))).await?)
             }
         }
     })?;

@@ -271,6 +271,14 @@ impl Link {
         self.client.replaced()
     }
 
+    /// Run `work`, then [`Self::close`] the link whatever `work` returned: a one-shot command's
+    /// session followed by its exit.
+    pub async fn close_after<T>(&self, work: impl std::future::Future<Output = T>) -> T {
+        let out = work.await;
+        self.close().await;
+        out
+    }
+
     /// Leave: stop reconnecting, close every connection (the live one and a drained replica's
     /// still kept) with [`CLOSE_LEAVING`], and wait up to a second until the closes are sent.
     /// Call it before the process exits: dropping the link only queues the close, and a runtime
