@@ -94,6 +94,12 @@ impl SessionStore {
         Ok(snapshot)
     }
 
+    /// Append the draft tokens the LLM accepted for escalation `seq`, applied at `base_len`
+    /// tokens (see [`SessionContext::append_accepted`]); whether it did.
+    pub fn append_accepted(&self, key: &SessionKey, seq: u32, base_len: usize, accepted: &[u32]) -> bool {
+        self.sessions.get_mut(key).is_some_and(|mut e| e.ctx.append_accepted(seq, base_len, accepted, self.max_context))
+    }
+
     /// Forget a session (device said `EndSession`, or it expired). Returns whether it existed.
     pub fn remove(&self, key: &SessionKey) -> bool {
         let existed = self.sessions.remove(key).is_some();

@@ -11,7 +11,7 @@ use model_runtime::model_files::{duet_home, ModelFiles, ModelManifest, DEFAULT_S
 use model_runtime::tokenizer::Tokenizer;
 use model_runtime::{CausalLm, LmOptions};
 
-use crate::decode::RateControl;
+use crate::decode::{DraftMode, RateControl};
 use crate::link::{Link, LinkConfig};
 use crate::router::{ConfidenceRouter, MlpRouter, Router};
 use crate::router_file::{Calibration, MlpRouterModel};
@@ -120,6 +120,13 @@ pub struct CloudArgs {
     /// prompt, neutral on CommonsenseQA (BENCHMARKS.md, "Hiding the network").
     #[arg(long, env = "DUET_SPECULATE", default_value_t = 8)]
     pub speculate: usize,
+    /// Send the SLM's continuation with each hard token for the LLM to check in the same round
+    /// trip (protocol v5; several LLM-checked tokens per escalation): off, or adaptive (the
+    /// draft length follows acceptance and answer time, none while the link is degraded).
+    /// Gateways older than v5 get plain escalations either way. Off by default until measured
+    /// (BENCHMARKS.md).
+    #[arg(long, env = "DUET_DRAFT", value_enum, default_value_t = DraftMode::Off)]
+    pub draft: DraftMode,
     /// Highlight cloud tokens: auto (when stdout is a terminal), always, never (`generate`
     /// only: `serve` prints no tokens and refuses it).
     #[arg(long, env = "DUET_COLOR", default_value = "auto", value_parser = ["auto", "always", "never"])]

@@ -200,7 +200,8 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             Some(_) => {
                 let (link, health) = connect(&args.cloud, &tok, &model_id).await?;
                 let mut cloud = LinkCloud::new(&link, next_session_id(), WireSampling::from(sampling), health, !args.cloud.no_presync)
-                    .with_speculation(args.cloud.speculate);
+                    .with_speculation(args.cloud.speculate)
+                    .with_draft(args.cloud.draft);
                 let params = DecodeParams { max_new_tokens: args.max_new_tokens, tau, rate_control };
                 anyhow::Ok(link.close_after(decode(&mut slm, router.as_mut(), &mut cloud, prompt, params, |e| printer.on_token(e))).await?)
             }

@@ -11,12 +11,12 @@
 use std::time::{Duration, Instant};
 
 use common::exchange::{EdgeSession, FallbackReason, LinkHealth, Outcome, Step};
-use common::protocol::{Frame, WireSampling};
+use common::protocol::{understands_drafts, Frame, WireSampling};
 use common::telemetry::TRACE_TARGET;
 use tracing::field::Empty;
 
-use crate::decode::{Cloud, CloudAnswer, DecodeStats};
-use crate::link::{Link, LinkError};
+use crate::decode::{Cloud, CloudAnswer, DecodeStats, DraftAnswer, DraftMode, MAX_DRAFT};
+use crate::link::{Link, LinkError, LinkState};
 
 /// How long the `EndSession` notice may take; nobody waits for its answer beyond this.
 const END_SESSION_WAIT: Duration = Duration::from_millis(200);
@@ -27,6 +27,7 @@ pub struct LinkCloud<'a> {
     session: EdgeSession,
     presync: bool,
     speculation_window: usize,
+    draft: DraftMode,
     sent_at_start: u64,
     received_at_start: u64,
     escalation_bytes: Vec<usize>,
@@ -44,6 +45,7 @@ impl<'a> LinkCloud<'a> {
             session: EdgeSession::new(session_id, sampling, health),
             presync,
             speculation_window: 0,
+            draft: DraftMode::Off,
             sent_at_start: c.sent(),
             received_at_start: c.received(),
             escalation_bytes: Vec::new(),
@@ -56,6 +58,12 @@ impl<'a> LinkCloud<'a> {
     /// (see [`crate::decode::decode`]); 0 (the default) waits for every answer.
     pub fn with_speculation(mut self, window: usize) -> Self {
         self.speculation_window = window;
+        self
+    }
+
+    /// Send drafts with escalations (`--draft`), to gateways that check them (protocol v5).
+    pub fn with_draft(mut self, mode: DraftMode) -> Self {
+        self.draft = mode;
         self
     }
 
@@ -104,18 +112,76 @@ impl Cloud for LinkCloud<'_> {
         self.speculation_window
     }
 
+    fn draft_limit(&self) -> usize {
+        // An older gateway (a rolling upgrade) cannot decode a draft: plain escalations to it.
+        let drafts = match self.link.state() {
+            LinkState::Up(c) => understands_drafts(c.protocol_version),
+            _ => false,
+        };
+        if self.draft == DraftMode::Adaptive && drafts { MAX_DRAFT } else { 0 }
+    }
+
     async fn escalate(&mut self, context: &[u32]) -> CloudAnswer {
+        match self.exchange(context, &[]).await {
+            Answer::Token(t) | Answer::Verified { token: t, .. } => CloudAnswer::Token(t),
+            Answer::Fallback(reason) => CloudAnswer::Fallback(reason),
+        }
+    }
+
+    async fn escalate_draft(&mut self, context: &[u32], draft: &[u32]) -> DraftAnswer {
+        match self.exchange(context, draft).await {
+            // A gateway path that does not check drafts answers the token at the position asked for.
+            Answer::Token(token) => DraftAnswer::Verified { accepted: 0, token },
+            Answer::Verified { accepted, token } => DraftAnswer::Verified { accepted, token },
+            Answer::Fallback(reason) => DraftAnswer::Fallback(reason),
+        }
+    }
+
+    async fn finish(&mut self, stats: &mut DecodeStats) {
+        if let Some(end) = self.session.end() {
+            // Free the gateway's copy of this session at once instead of waiting for expiry.
+            let _ = self.link.request(&end, Instant::now() + END_SESSION_WAIT).await;
+        }
+        let counters = self.session.counters();
+        stats.full_syncs += counters.full_syncs;
+        stats.context_missing += counters.context_missing;
+        stats.escalation_bytes = std::mem::take(&mut self.escalation_bytes);
+        let c = self.link.counters();
+        stats.bytes_sent = c.sent() - self.sent_at_start;
+        stats.bytes_received = c.received() - self.received_at_start;
+        // The generation ends here, whenever this value is dropped.
+        let generation = std::mem::replace(&mut self.generation, tracing::Span::none());
+        if !generation.is_disabled() {
+            let r = &stats.routing;
+            generation.record("tokens", stats.tokens).record("escalated", r.escalated).record("cloud_tokens", r.cloud_tokens).record("fallbacks", r.fallbacks);
+        }
+    }
+}
+
+/// How one escalation over the link ended.
+enum Answer {
+    /// The LLM's token (a plain escalation, or a gateway path that does not check drafts).
+    Token(u32),
+    /// The LLM checked the draft.
+    Verified { accepted: usize, token: u32 },
+    /// The SLM's token stands.
+    Fallback(FallbackReason),
+}
+
+impl LinkCloud<'_> {
+    /// One escalation (with `draft`, if not empty) carried over the link until the exchange resolves it.
+    async fn exchange(&mut self, context: &[u32], draft: &[u32]) -> Answer {
         let started = Instant::now();
         let span = self.child(|g| {
             tracing::info_span!(
                 target: TRACE_TARGET, parent: g, "escalation",
-                otel.kind = "client", context_tokens = context.len(), wait_ms = Empty, outcome = Empty, fallback_reason = Empty, bytes = Empty, frames = Empty,
+                otel.kind = "client", context_tokens = context.len(), draft_tokens = draft.len(), wait_ms = Empty, accepted = Empty, outcome = Empty, fallback_reason = Empty, bytes = Empty, frames = Empty,
             )
         });
         // Sent with the escalation only when sampled (absent: not a byte on the wire).
         let trace = common::trace::outgoing(&span);
         let (mut bytes, mut frames) = (0usize, 0usize);
-        let mut step = self.session.escalate(context, self.link.view(), Instant::now());
+        let mut step = self.session.escalate_draft(context, draft, self.link.view(), Instant::now());
         loop {
             step = match step {
                 Step::Send(t) => {
@@ -141,36 +207,21 @@ impl Cloud for LinkCloud<'_> {
                 Step::Wait => self.session.on_transport_error(false, Instant::now()),
                 Step::Done(Outcome::Cloud { token, .. }) => {
                     record_outcome(&span, started, None, bytes, frames);
-                    return CloudAnswer::Token(token);
+                    return Answer::Token(token);
+                }
+                Step::Done(Outcome::Verified { accepted, token, .. }) => {
+                    record_outcome(&span, started, None, bytes, frames);
+                    span.record("accepted", accepted);
+                    return Answer::Verified { accepted, token };
                 }
                 Step::Done(Outcome::Fallback { reason, probe }) => {
                     record_outcome(&span, started, Some(reason), bytes, frames);
                     if let Some(timeout) = probe {
                         self.link.probe(timeout);
                     }
-                    return CloudAnswer::Fallback(reason);
+                    return Answer::Fallback(reason);
                 }
             };
-        }
-    }
-
-    async fn finish(&mut self, stats: &mut DecodeStats) {
-        if let Some(end) = self.session.end() {
-            // Free the gateway's copy of this session at once instead of waiting for expiry.
-            let _ = self.link.request(&end, Instant::now() + END_SESSION_WAIT).await;
-        }
-        let counters = self.session.counters();
-        stats.full_syncs += counters.full_syncs;
-        stats.context_missing += counters.context_missing;
-        stats.escalation_bytes = std::mem::take(&mut self.escalation_bytes);
-        let c = self.link.counters();
-        stats.bytes_sent = c.sent() - self.sent_at_start;
-        stats.bytes_received = c.received() - self.received_at_start;
-        // The generation ends here, whenever this value is dropped.
-        let generation = std::mem::replace(&mut self.generation, tracing::Span::none());
-        if !generation.is_disabled() {
-            let r = &stats.routing;
-            generation.record("tokens", stats.tokens).record("escalated", r.escalated).record("cloud_tokens", r.cloud_tokens).record("fallbacks", r.fallbacks);
         }
     }
 }

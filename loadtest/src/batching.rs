@@ -63,6 +63,7 @@ pub fn run(args: BatchingArgs) -> anyhow::Result<()> {
                 context: Arc::from(ctx.as_slice()),
                 sampling: SamplingParams::default(),
                 seq,
+                draft: Arc::from([]),
             };
             // Warm-up: prefill every session's context (not timed).
             let warm: Vec<_> = contexts.iter().enumerate().map(|(s, c)| req(s, c, 0)).collect();

@@ -46,6 +46,6 @@ impl Backend for FixedCostBackend {
         if !self.cost.is_zero() {
             std::thread::sleep(self.cost);
         }
-        batch.iter().map(|r| Ok(LlmToken { token_id: expected_token(&r.context, self.facts.vocab_size), logprob: -1.0 })).collect()
+        batch.iter().map(|r| Ok(LlmToken { token_id: expected_token(&r.context, self.facts.vocab_size), logprob: -1.0, accepted: 0 })).collect()
     }
 }

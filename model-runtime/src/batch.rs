@@ -79,6 +79,55 @@ impl CausalLm {
         self.run_padded(caches, &last, &rows, 1)
     }
 
+    /// [`CausalLm::forward_batch`] returning, for each row, the logits of its last `tails[r]`
+    /// positions (at least 1, at most its token count), in order: draft checking for many
+    /// sessions in one batched pass. Each row's earlier tokens run alone first (with all the
+    /// logits it needs but the last), then every row's last token in one batched call. Rows
+    /// with a tail of 1 cost what they cost in `forward_batch`.
+    pub fn forward_batch_tail(&mut self, caches: &mut [&mut KvCache], tokens: &[&[u32]], tails: &[usize]) -> Result<Vec<Vec<Vec<f32>>>, RuntimeError> {
+        if caches.len() != tokens.len() || tails.len() != tokens.len() {
+            return Err(RuntimeError::Interface("forward_batch_tail: caches, tokens and tails differ in length".into()));
+        }
+        if caches.len() == 1 {
+            return Ok(vec![self.forward_tail(caches[0], tokens[0], tails[0])?]);
+        }
+        let m = self.manifest().clone();
+        for (r, t) in tokens.iter().enumerate() {
+            if t.is_empty() {
+                return Err(RuntimeError::EmptyInput);
+            }
+            if let Some(&bad) = t.iter().find(|&&x| x as usize >= m.vocab_size) {
+                return Err(RuntimeError::TokenOutOfRange { token: bad, vocab_size: m.vocab_size });
+            }
+            let total = caches[r].len() + t.len();
+            if total > caches[r].capacity() {
+                return Err(RuntimeError::ContextFull { needed: total, capacity: caches[r].capacity() });
+            }
+        }
+        let mut heads: Vec<Vec<Vec<f32>>> = Vec::with_capacity(tokens.len());
+        let mut last = Vec::with_capacity(tokens.len());
+        for (r, t) in tokens.iter().enumerate() {
+            let (prefix, tail) = t.split_at(t.len() - 1);
+            let want = tails[r].clamp(1, t.len()) - 1;
+            let head = match (prefix.is_empty(), want) {
+                (true, _) => Vec::new(),
+                (false, 0) => {
+                    self.forward(caches[r], prefix)?;
+                    Vec::new()
+                }
+                (false, w) => self.forward_tail(caches[r], prefix, w)?,
+            };
+            heads.push(head);
+            last.push(tail);
+        }
+        let rows: Vec<usize> = (0..caches.len()).collect();
+        let outs = self.run_padded(caches, &last, &rows, 1)?;
+        Ok(heads.into_iter().zip(outs).map(|(mut head, out)| {
+            head.push(out.logits);
+            head
+        }).collect())
+    }
+
     fn run_padded(&mut self, caches: &mut [&mut KvCache], tokens: &[&[u32]], rows: &[usize], n_max: usize) -> Result<Vec<StepOutput>, RuntimeError> {
         let m = self.manifest().clone();
         let b = rows.len();

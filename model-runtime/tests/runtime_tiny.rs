@@ -133,3 +133,46 @@ fn batched_forward_matches_row_by_row() {
         assert!(max_abs_diff(&a.logits, &b.logits) < 1e-3, "row {i}: cache continues differently");
     }
 }
+
+#[test]
+fn the_tail_logits_of_one_pass_match_stepping_token_by_token() {
+    let mut lm = tiny();
+    let mut stepped = lm.new_cache(None).unwrap();
+    lm.forward(&mut stepped, &TOKENS[..7]).unwrap();
+    let mut want = Vec::new();
+    for &t in &TOKENS[7..] {
+        want.push(lm.forward(&mut stepped, &[t]).unwrap().logits);
+    }
+    let mut tail = lm.new_cache(None).unwrap();
+    lm.forward(&mut tail, &TOKENS[..6]).unwrap();
+    // Tokens 6..12 in one pass; the logits after each of the last 5.
+    let got = lm.forward_tail(&mut tail, &TOKENS[6..], 5).unwrap();
+    assert_eq!(got.len(), 5);
+    assert_eq!(tail.len(), TOKENS.len());
+    for (g, w) in got.iter().zip(&want) {
+        assert!(max_abs_diff(g, w) < 1e-3, "logits differ: {}", max_abs_diff(g, w));
+    }
+}
+
+#[test]
+fn a_batched_tail_pass_matches_each_row_alone() {
+    let mut lm = tiny();
+    let rows: [&[u32]; 2] = [&TOKENS[..8], &TOKENS[3..6]];
+    let mut alone = Vec::new();
+    for r in rows {
+        let mut c = lm.new_cache(None).unwrap();
+        lm.forward(&mut c, &r[..1]).unwrap();
+        alone.push(lm.forward_tail(&mut c, &r[1..], 2).unwrap());
+    }
+    let mut a = lm.new_cache(None).unwrap();
+    let mut b = lm.new_cache(None).unwrap();
+    lm.forward(&mut a, &rows[0][..1]).unwrap();
+    lm.forward(&mut b, &rows[1][..1]).unwrap();
+    let got = lm.forward_batch_tail(&mut [&mut a, &mut b], &[&rows[0][1..], &rows[1][1..]], &[2, 2]).unwrap();
+    for (g, w) in got.iter().zip(&alone) {
+        assert_eq!(g.len(), 2);
+        for (x, y) in g.iter().zip(w) {
+            assert!(max_abs_diff(x, y) < 1e-3, "logits differ: {}", max_abs_diff(x, y));
+        }
+    }
+}

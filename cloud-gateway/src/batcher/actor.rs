@@ -112,7 +112,7 @@ const WARM_UP_PREFILL: usize = 32;
 /// batch then reports) and the time per token of the second.
 fn warm_up(mut backend: Box<dyn Backend>) -> (Box<dyn Backend>, u32, f64) {
     let session = SessionKey { device: Arc::from("gateway-warm-up"), session_id: 0 };
-    let request = LlmRequest { session: session.clone(), context: Arc::from([0u32]), sampling: Default::default(), seq: 1 };
+    let request = LlmRequest { session: session.clone(), context: Arc::from([0u32]), sampling: Default::default(), seq: 1, draft: Default::default() };
     let t = Instant::now();
     let ok = backend.next_tokens(std::slice::from_ref(&request)).first().is_some_and(|r| r.is_ok());
     let ms = t.elapsed().as_secs_f64() * 1e3;
@@ -122,7 +122,7 @@ fn warm_up(mut backend: Box<dyn Backend>) -> (Box<dyn Backend>, u32, f64) {
         return (backend, 0, 0.0);
     }
     let long = SessionKey { session_id: 1, ..session };
-    let request = LlmRequest { session: long.clone(), context: Arc::from(vec![0u32; WARM_UP_PREFILL]), sampling: Default::default(), seq: 1 };
+    let request = LlmRequest { session: long.clone(), context: Arc::from(vec![0u32; WARM_UP_PREFILL]), sampling: Default::default(), seq: 1, draft: Default::default() };
     let t = Instant::now();
     let ok = backend.next_tokens(std::slice::from_ref(&request)).first().is_some_and(|r| r.is_ok());
     let long_ms = t.elapsed().as_secs_f64() * 1e3;
@@ -337,13 +337,13 @@ mod tests {
         }
         fn next_tokens(&mut self, batch: &[LlmRequest]) -> Vec<Result<LlmToken, LlmError>> {
             std::thread::sleep(self.0);
-            batch.iter().map(|r| Ok(LlmToken { token_id: r.context.len() as u32, logprob: 0.0 })).collect()
+            batch.iter().map(|r| Ok(LlmToken { token_id: r.context.len() as u32, logprob: 0.0, accepted: 0 })).collect()
         }
     }
 
     fn request(session_id: u64, len: usize) -> LlmRequest {
         let session = SessionKey { device: Arc::from("device"), session_id };
-        LlmRequest { session, context: vec![1; len].into(), sampling: Default::default(), seq: 1 }
+        LlmRequest { session, context: vec![1; len].into(), sampling: Default::default(), seq: 1, draft: Default::default() }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,7 +40,8 @@ impl BatchQueue {
         Snapshot {
             now,
             deadline,
-            context_len: request.context.len(),
+            // A draft's tokens run too: they cost like the context's.
+            context_len: request.run_len(),
             session: self.ledger.get(&request.session),
             all: self.figures.admitted.ahead(),
             model: self.figures.learned.cost_model(),

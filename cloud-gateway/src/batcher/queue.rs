@@ -130,9 +130,10 @@ impl Escalation {
         (Self { request, deadline, enqueued, cost: 1, reply, admission: None, stages }, rx)
     }
 
-    /// Say how many tokens of its context are still to prefill (clamped to 1..=its length).
+    /// Say how many tokens of its context (and draft) are still to run (clamped to 1..=their
+    /// length).
     pub fn with_cost(mut self, cost: usize) -> Self {
-        self.cost = cost.clamp(1, self.request.context.len().max(1));
+        self.cost = cost.clamp(1, self.request.run_len().max(1));
         self
     }
 
@@ -421,7 +422,7 @@ impl PendingQueue {
             let Some(i) = self.choose(&items, &open) else { break };
             open.retain(|&j| j != i);
             let Some(esc) = items[i].as_mut() else { break };
-            let done = esc.request.context.len().saturating_sub(esc.cost);
+            let done = esc.request.run_len().saturating_sub(esc.cost);
             let step = room.min(esc.cost.saturating_sub(1)).max(1);
             batch.prefills.push(Prefill { request: esc.request.clone(), upto: done + step });
             batch.cost += step;
@@ -507,7 +508,7 @@ mod tests {
     /// An escalation of `session` (with a context whose length tells escalations apart),
     /// queued at `at`, due `ttl` later.
     fn esc(session: u64, len: usize, at: Instant, ttl: Duration) -> (Escalation, oneshot::Receiver<Outcome>) {
-        let request = LlmRequest { session: key(session), context: vec![1; len].into(), sampling: Default::default(), seq: len as u32 };
+        let request = LlmRequest { session: key(session), context: vec![1; len].into(), sampling: Default::default(), seq: len as u32, draft: Default::default() };
         Escalation::new(request, at + ttl, at)
     }
 
@@ -524,7 +525,7 @@ mod tests {
     /// An escalation of `device`'s session `session` whose context is `len` tokens, `cost` of
     /// them still to prefill.
     fn of_device(device: &str, session: u64, len: usize, cost: usize, at: Instant) -> (Escalation, oneshot::Receiver<Outcome>) {
-        let request = LlmRequest { session: SessionKey { device: Arc::from(device), session_id: session }, context: vec![1; len].into(), sampling: Default::default(), seq: len as u32 };
+        let request = LlmRequest { session: SessionKey { device: Arc::from(device), session_id: session }, context: vec![1; len].into(), sampling: Default::default(), seq: len as u32, draft: Default::default() };
         let (e, rx) = Escalation::new(request, at + Duration::from_secs(10), at);
         (e.with_cost(cost), rx)
     }

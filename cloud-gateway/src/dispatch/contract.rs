@@ -54,6 +54,19 @@ pub struct LlmRequest {
     pub sampling: SamplingParams,
     /// The escalation's sequence number (mixes into the seed for sampled decoding).
     pub seq: u32,
+    /// A draft to check (protocol v5), empty for none: the SLM's tokens from the position asked
+    /// for on. A path that checks it answers how many it accepts ([`LlmToken::accepted`]) and
+    /// its token after them; one that does not answers the token at the position asked for,
+    /// with `accepted` 0 (correct, just no gain).
+    pub draft: Arc<[u32]>,
+}
+
+impl LlmRequest {
+    /// Tokens the LLM runs for this request at most: the context and the draft. What the cost
+    /// cap and admission count.
+    pub fn run_len(&self) -> usize {
+        self.context.len() + self.draft.len()
+    }
 }
 
 /// The LLM's answer to one request.
@@ -63,6 +76,9 @@ pub struct LlmToken {
     pub token_id: u32,
     /// Its log-probability under the LLM.
     pub logprob: f32,
+    /// Draft tokens accepted before it (0 without a draft): `token_id` is the LLM's token at
+    /// the position after them.
+    pub accepted: u32,
 }
 
 /// Why the LLM could not answer one request (the device is told the message).

@@ -41,7 +41,7 @@ use tracing::field::Empty;
 
 use super::limits::{ConnectionBudget, SourceGuard};
 use super::read::{read_frame, read_request_frame};
-use crate::dispatch::{Busy, LlmRequest};
+use crate::dispatch::{Busy, LlmRequest, Outcome};
 use crate::identity::registry::Identity;
 use crate::sessions::{SessionKey, StoreError};
 use crate::state::Shared;
@@ -317,6 +317,7 @@ fn child(parent: &tracing::Span, make: impl FnOnce() -> tracing::Span) -> tracin
 fn outcome_name(outcome: &EscalationOutcome) -> &'static str {
     match outcome {
         EscalationOutcome::Token { .. } => "token",
+        EscalationOutcome::Verified { .. } => "verified",
         EscalationOutcome::Busy { .. } => "busy",
         EscalationOutcome::Context(ContextError::Missing { .. }) => "context_missing",
         EscalationOutcome::Context(_) => "context_error",
@@ -328,6 +329,26 @@ fn outcome_name(outcome: &EscalationOutcome) -> &'static str {
         EscalationOutcome::InvalidToken(_) => "invalid_token",
         EscalationOutcome::BackendFailed(_) => "backend_failed",
         EscalationOutcome::Stopped => "stopped",
+    }
+}
+
+/// The answer to a draft escalation: `Verified` with the accepted count the LLM path gave
+/// (0 from a path that does not check drafts), after `append` put the accepted draft tokens
+/// into the session's context (the device's next delta starts after them). If they could not
+/// be appended (the session moved on meanwhile), the answer claims none accepted, so device
+/// and gateway still agree on the context.
+fn verified(outcome: Outcome, draft: &[u32], append: impl FnOnce(&[u32]) -> bool) -> EscalationOutcome {
+    match outcome {
+        Outcome::Token { token, llm_ms } => {
+            let accepted = usize::try_from(token.accepted).unwrap_or(usize::MAX).min(draft.len());
+            if accepted == 0 || append(&draft[..accepted]) {
+                EscalationOutcome::Verified { accepted: accepted as u32, token_id: token.token_id, logprob: token.logprob, llm_ms }
+            } else {
+                // Only the LLM's token at the position asked for is safe to give.
+                EscalationOutcome::Verified { accepted: 0, token_id: draft[0], logprob: 0.0, llm_ms }
+            }
+        }
+        other => other.to_wire(),
     }
 }
 
@@ -350,6 +371,8 @@ struct EscalateRequest {
     context: ContextSync,
     sampling: WireSampling,
     deadline: Duration,
+    /// The draft to check (v5), empty for none.
+    draft: Vec<u32>,
 }
 
 impl ConnState {
@@ -360,12 +383,17 @@ impl ConnState {
     }
 
     fn on_escalate(&self, esc: EscalateRequest, send: quinn::SendStream, received: Instant, span: tracing::Span) {
-        let EscalateRequest { session_id, seq, context, sampling, deadline } = esc;
+        let EscalateRequest { session_id, seq, context, sampling, deadline, draft } = esc;
         let answer_now = |send, outcome: EscalationOutcome| {
             span.record("outcome", outcome_name(&outcome));
             self.reply_now(send, gateway::reply(session_id, seq, outcome))
         };
         metrics::counter!("duet_gateway_escalations_received_total").increment(1);
+        if !draft.is_empty() {
+            if let Some(refusal) = gateway::drafts_unsupported(self.protocol_version, session_id, seq) {
+                return self.reply_now(send, refusal);
+            }
+        }
         self.shared.fleet.escalation(&self.device);
         let key = SessionKey { device: self.device.clone(), session_id };
         let applied = child(&span, || tracing::info_span!(target: TRACE_TARGET, parent: &span, "apply_context")).in_scope(|| self.shared.store.apply(&key, seq, &context, received));
@@ -385,7 +413,9 @@ impl ConnState {
             metrics::counter!("duet_gateway_escalations_rate_limited_total").increment(1);
             return answer_now(send, EscalationOutcome::Busy { retry_after_ms });
         }
-        let request = LlmRequest { session: key, context: snapshot, sampling: SamplingParams::from(sampling), seq };
+        let base_len = snapshot.len();
+        let draft: Arc<[u32]> = Arc::from(draft);
+        let request = LlmRequest { session: key.clone(), context: snapshot, sampling: SamplingParams::from(sampling), seq, draft: draft.clone() };
         let open = OpenEscalation::new(self.shared.clone());
         // The LLM path hangs its spans under the current one. Refused while draining past the
         // admission window too: the device falls back at once and reconnects elsewhere.
@@ -406,9 +436,13 @@ impl ConnState {
                     return;
                 }
             };
-            let outcome = outcome.map_or(EscalationOutcome::Stopped, |o| o.to_wire());
+            let outcome = match outcome {
+                Some(o) if !draft.is_empty() => verified(o, &draft, |accepted| open.0.store.append_accepted(&key, seq, base_len, accepted)),
+                Some(o) => o.to_wire(),
+                None => EscalationOutcome::Stopped,
+            };
             span.record("outcome", outcome_name(&outcome));
-            if matches!(outcome, EscalationOutcome::Token { .. }) {
+            if matches!(outcome, EscalationOutcome::Token { .. } | EscalationOutcome::Verified { .. }) {
                 metrics::histogram!("duet_gateway_escalation_latency_seconds").record(received.elapsed().as_secs_f64());
             }
             write_reply(&mut send, &gateway::reply(session_id, seq, outcome), max).await;
@@ -450,8 +484,8 @@ impl Actor for ConnectionActor {
     async fn handle(&self, _myself: ActorRef<Self::Msg>, msg: Self::Msg, state: &mut Self::State) -> Result<(), ActorProcessingErr> {
         let ConnMsg::Request { request, send, received, span } = msg;
         match request {
-            Request::Escalate { session_id, seq, context, sampling, deadline } => {
-                state.on_escalate(EscalateRequest { session_id, seq, context, sampling, deadline }, send, received, span)
+            Request::Escalate { session_id, seq, context, sampling, deadline, draft } => {
+                state.on_escalate(EscalateRequest { session_id, seq, context, sampling, deadline, draft }, send, received, span)
             }
             Request::EndSession { session_id } => state.on_end_session(session_id, send),
             Request::BundleReport { running, escalations, fallbacks } => {

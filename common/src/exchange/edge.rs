@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::deadline::{LinkHealth, PrefillReport};
-use crate::protocol::{encode_frame, ContextSync, ContextTracker, ErrorCode, Frame, Inserted, ReorderBuffer, WireSampling, MAX_DEADLINE_MS};
+use crate::protocol::{encode_frame, ContextSync, ContextTracker, ErrorCode, Frame, Inserted, ReorderBuffer, WireSampling, MAX_DEADLINE_MS, MAX_DRAFT_TOKENS};
 
 /// How many unresolved seqs a session may have at once (only one escalation waits at a time;
 /// the rest is headroom for pre-syncs and resends resolved out of band).
@@ -93,6 +93,16 @@ pub enum Outcome {
         /// Time from the escalation's start to the answer.
         waited: Duration,
     },
+    /// The LLM checked a draft (v5): it took the first `accepted` draft tokens and chose
+    /// `token` after them (a correction, or the bonus after a fully accepted draft).
+    Verified {
+        /// Draft tokens taken, at most the draft's length.
+        accepted: usize,
+        /// The LLM's token after them.
+        token: u32,
+        /// Time from the escalation's start to the answer.
+        waited: Duration,
+    },
     /// Take the SLM's token.
     Fallback {
         /// Why.
@@ -149,6 +159,8 @@ struct Waiting {
     /// `Full` resends after `ContextMissing` so far.
     resends: u32,
     max_frame_bytes: usize,
+    /// The draft sent with it (v5), empty for a plain `Escalate`.
+    draft: Vec<u32>,
 }
 
 /// A prompt pre-sync still being prefilled by the gateway: a hard token queued behind it waits
@@ -228,7 +240,7 @@ impl EdgeSession {
         let LinkView::Up { generation, max_frame_bytes, .. } = link else { return None };
         self.observe_connection(generation);
         let deadline = now + Duration::from_millis(u64::from(MAX_DEADLINE_MS));
-        let sent = self.encode_sync(prompt, MAX_DEADLINE_MS, max_frame_bytes)?;
+        let sent = self.encode_sync(prompt, &[], MAX_DEADLINE_MS, max_frame_bytes)?;
         // Its reply is handled out of band: resolved here, so later replies stay in order.
         let _ = self.replies.mark_resolved(sent.seq);
         let report = self.health.expect_prefill(prompt.len());
@@ -239,6 +251,14 @@ impl EdgeSession {
     /// A hard token at `context` (the whole context before the position asked for): what to
     /// send, or the fallback at once when the link is down or degraded.
     pub fn escalate(&mut self, context: &[u32], link: LinkView, now: Instant) -> Step {
+        self.escalate_draft(context, &[], link, now)
+    }
+
+    /// [`Self::escalate`] with a draft (v5: only to a gateway that has drafts, see
+    /// [`crate::protocol::understands_drafts`]): the SLM's token at the position asked for and
+    /// its continuation, at most [`MAX_DRAFT_TOKENS`]; an empty draft is a plain `Escalate`. The
+    /// deadline counts the draft's tokens as LLM work; the answer is [`Outcome::Verified`].
+    pub fn escalate_draft(&mut self, context: &[u32], draft: &[u32], link: LinkView, now: Instant) -> Step {
         self.health.poll_prefill();
         if let Some(w) = self.waiting.take() {
             // The shell started a new escalation without resolving the last: resolve it now.
@@ -261,33 +281,39 @@ impl EdgeSession {
             Some(p) => self.health.prefill_estimate(p.tokens).saturating_sub(now.saturating_duration_since(p.started)),
             None => Duration::ZERO,
         };
-        let budget = self.health.deadline_behind(rtt, to_send, ahead);
-        self.waiting = Some(Waiting { seq: 0, started: now, deadline: now + budget, budget, sent: 0, resends: 0, max_frame_bytes });
+        let draft = &draft[..draft.len().min(MAX_DRAFT_TOKENS)];
+        let budget = self.health.deadline_behind(rtt, to_send + draft.len(), ahead);
+        self.waiting = Some(Waiting { seq: 0, started: now, deadline: now + budget, budget, sent: 0, resends: 0, max_frame_bytes, draft: draft.to_vec() });
         self.send(context, now)
     }
 
     /// Encode the next escalation of `context` for the waiting escalation.
     fn send(&mut self, context: &[u32], now: Instant) -> Step {
         let Some(w) = self.waiting.as_ref() else { return Step::Wait };
-        let (deadline, max) = (w.deadline, w.max_frame_bytes);
+        let (deadline, max, draft) = (w.deadline, w.max_frame_bytes, w.draft.clone());
         let deadline_ms = u32::try_from(deadline.saturating_duration_since(now).as_millis()).unwrap_or(u32::MAX).min(MAX_DEADLINE_MS);
-        let Some(sent) = self.encode_sync(context, deadline_ms, max) else {
+        let Some(sent) = self.encode_sync(context, &draft, deadline_ms, max) else {
             return self.fall_back(FallbackReason::Transport, now);
         };
         if let Some(w) = self.waiting.as_mut() {
             w.seq = sent.seq;
-            w.sent = sent.tokens;
+            w.sent = sent.tokens + draft.len();
         }
         Step::Send(Transmit { seq: sent.seq, bytes: sent.bytes, deadline, full: sent.full })
     }
 
     /// Allocate a seq and encode the `Escalate` frame that syncs the gateway to `context`.
     /// `None` if the frame exceeds the gateway's limit (its seq is resolved: nothing waits on it).
-    fn encode_sync(&mut self, context: &[u32], deadline_ms: u32, max_frame_bytes: usize) -> Option<Encoded> {
+    fn encode_sync(&mut self, context: &[u32], draft: &[u32], deadline_ms: u32, max_frame_bytes: usize) -> Option<Encoded> {
         let sync = self.tracker.sync_for(context);
         let full = matches!(sync.context, ContextSync::Full { .. });
         let tokens = sync.context.tokens().len();
-        let frame = Frame::Escalate { session_id: self.session_id, seq: sync.seq, context: sync.context, sampling: self.sampling, deadline_ms };
+        let (session_id, seq, sampling) = (self.session_id, sync.seq, self.sampling);
+        let frame = if draft.is_empty() {
+            Frame::Escalate { session_id, seq, context: sync.context, sampling, deadline_ms }
+        } else {
+            Frame::EscalateDraft { session_id, seq, context: sync.context, draft: draft.into(), sampling, deadline_ms }
+        };
         match encode_frame(&frame, max_frame_bytes) {
             Ok(bytes) => {
                 if full {
@@ -350,6 +376,16 @@ impl EdgeSession {
                 tracing::debug!(waited_ms = waited.as_millis() as u64, budget_ms = w.budget.as_millis() as u64, sent = w.sent, llm_ms, "cloud token");
                 Step::Done(Outcome::Cloud { token: token_id, waited })
             }
+            Frame::Verified { accepted, token_id, llm_ms, .. } if usize::try_from(accepted).is_ok_and(|a| a <= w.draft.len()) => {
+                let accepted = usize::try_from(accepted).unwrap_or(0);
+                // The gateway appended the accepted draft tokens before answering.
+                self.tracker.draft_accepted(seq, accepted);
+                self.health.success(w.sent, llm_ms);
+                self.waiting = None;
+                let waited = now.saturating_duration_since(w.started);
+                tracing::debug!(waited_ms = waited.as_millis() as u64, budget_ms = w.budget.as_millis() as u64, sent = w.sent, accepted, draft = w.draft.len(), llm_ms, "draft verified");
+                Step::Done(Outcome::Verified { accepted, token: token_id, waited })
+            }
             Frame::ContextMissing { held_len, .. } if w.resends == 0 => {
                 // The gateway lost the context (restart, expiry): resend it whole, within the
                 // same deadline.
@@ -404,6 +440,10 @@ impl EdgeSession {
     /// Resolve the waiting escalation with the SLM's token, and learn from the failure.
     fn fall_back(&mut self, reason: FallbackReason, now: Instant) -> Step {
         let Some(w) = self.resolve(reason, now) else { return Step::Wait };
+        if !w.draft.is_empty() && matches!(reason, FallbackReason::Timeout | FallbackReason::Transport) {
+            // Unanswered: the gateway may have appended some of the draft, or none.
+            self.tracker.draft_unresolved(w.seq);
+        }
         match reason {
             FallbackReason::Timeout => self.health.timeout(now),
             _ => self.health.failure(now),

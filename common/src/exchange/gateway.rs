@@ -117,6 +117,9 @@ pub enum Request {
         sampling: WireSampling,
         /// How long the device waits, capped at [`MAX_DEADLINE_MS`](crate::protocol::MAX_DEADLINE_MS).
         deadline: Duration,
+        /// The draft to check (an `EscalateDraft`, v5), empty for a plain `Escalate`: answered
+        /// with [`EscalationOutcome::Verified`].
+        draft: Vec<u32>,
     },
     /// Free this session's state.
     EndSession {
@@ -159,7 +162,11 @@ pub fn classify(decoded: Result<Frame, CodecError>, limits: &ValidationLimits) -
     match frame {
         Frame::Escalate { session_id, seq, context, sampling, deadline_ms } => {
             let deadline = Duration::from_millis(u64::from(deadline_ms.min(crate::protocol::MAX_DEADLINE_MS)));
-            Request::Escalate { session_id, seq, context, sampling, deadline }
+            Request::Escalate { session_id, seq, context, sampling, deadline, draft: Vec::new() }
+        }
+        Frame::EscalateDraft { session_id, seq, context, draft, sampling, deadline_ms } => {
+            let deadline = Duration::from_millis(u64::from(deadline_ms.min(crate::protocol::MAX_DEADLINE_MS)));
+            Request::Escalate { session_id, seq, context, sampling, deadline, draft: draft.as_slice().to_vec() }
         }
         Frame::EndSession { session_id } => Request::EndSession { session_id },
         Frame::Ping { nonce } => Request::Answer(Frame::Pong { nonce }),
@@ -175,6 +182,18 @@ pub enum EscalationOutcome {
     /// The LLM's token.
     Token {
         /// Chosen token.
+        token_id: u32,
+        /// Its log-probability.
+        logprob: f32,
+        /// Backend time, ms.
+        llm_ms: u32,
+    },
+    /// The LLM checked a draft (v5): took its first `accepted` tokens and chose `token_id`
+    /// after them.
+    Verified {
+        /// Draft tokens taken.
+        accepted: u32,
+        /// The LLM's token after them.
         token_id: u32,
         /// Its log-probability.
         logprob: f32,
@@ -218,6 +237,7 @@ pub fn reply(session_id: u64, seq: u32, outcome: EscalationOutcome) -> Frame {
     let (sid, q) = (Some(session_id), Some(seq));
     match outcome {
         EscalationOutcome::Token { token_id, logprob, llm_ms } => Frame::Token { session_id, seq, token_id, logprob, llm_ms },
+        EscalationOutcome::Verified { accepted, token_id, logprob, llm_ms } => Frame::Verified { session_id, seq, accepted, token_id, logprob, llm_ms },
         EscalationOutcome::Busy { retry_after_ms } => Frame::Busy { session_id, seq, retry_after_ms },
         EscalationOutcome::Context(e) => e.reply(session_id, seq),
         EscalationOutcome::TooManySessions { limit } => {
@@ -241,6 +261,14 @@ pub fn reply(session_id: u64, seq: u32, outcome: EscalationOutcome) -> Frame {
 pub fn bundles_unsupported(protocol_version: u16) -> Option<Frame> {
     (!crate::protocol::understands_bundles(protocol_version))
         .then(|| error(None, None, ErrorCode::Malformed, format!("bundle frames need protocol version 4, this connection speaks {protocol_version}")))
+}
+
+/// The answer to an `EscalateDraft` from a device that speaks `protocol_version`, when that
+/// version has no drafts (a pre-v5 device cannot have sent one honestly): an error it can
+/// decode, never a `Verified`.
+pub fn drafts_unsupported(protocol_version: u16, session_id: u64, seq: u32) -> Option<Frame> {
+    (!crate::protocol::understands_drafts(protocol_version))
+        .then(|| error(Some(session_id), Some(seq), ErrorCode::Malformed, format!("drafts need protocol version 5, this connection speaks {protocol_version}")))
 }
 
 /// The answer to `FetchBundle` for a bundle this device is not offered (or no longer is).

@@ -51,8 +51,23 @@ impl Pair {
     fn serve(&mut self, t: &Transmit) -> Frame {
         let limits = ValidationLimits { max_context_tokens: 4096, vocab_size: Some(151_936), ..ValidationLimits::default() };
         let reply = match gateway::classify(decode_frame(&t.bytes, MAX), &limits) {
-            Request::Escalate { session_id, seq, context, .. } => match self.gateway.apply(seq, &context, 4096) {
-                Ok(()) => gateway::reply(session_id, seq, EscalationOutcome::Token { token_id: llm(self.gateway.tokens()), logprob: -0.5, llm_ms: 12 }),
+            Request::Escalate { session_id, seq, context, draft, .. } => match self.gateway.apply(seq, &context, 4096) {
+                Ok(()) if draft.is_empty() => gateway::reply(session_id, seq, EscalationOutcome::Token { token_id: llm(self.gateway.tokens()), logprob: -0.5, llm_ms: 12 }),
+                Ok(()) => {
+                    // Greedy verification: accept while the LLM's token equals the draft's.
+                    let base = self.gateway.tokens().to_vec();
+                    let mut ctx = base.clone();
+                    let accepted = draft.iter().take_while(|&&d| {
+                        let ok = llm(&ctx) == d;
+                        ctx.push(d);
+                        ok
+                    });
+                    let accepted = accepted.count();
+                    let mut upto = base.clone();
+                    upto.extend(&draft[..accepted]);
+                    assert!(self.gateway.append_accepted(seq, base.len(), &draft[..accepted], 4096));
+                    gateway::reply(session_id, seq, EscalationOutcome::Verified { accepted: accepted as u32, token_id: llm(&upto), logprob: -0.5, llm_ms: 12 })
+                }
                 Err(e) => gateway::reply(session_id, seq, EscalationOutcome::Context(e)),
             },
             Request::EndSession { .. } => panic!("no reply to EndSession"),
@@ -90,6 +105,26 @@ impl Pair {
             Step::Send(t) => t,
             other => panic!("expected a send, got {other:?}"),
         }
+    }
+}
+
+/// A draft of `n` tokens after `context` whose first `agree` tokens are the LLM's (the rest
+/// differ from it), as the SLM would propose it.
+fn draft_agreeing(context: &[u32], n: usize, agree: usize) -> Vec<u32> {
+    let mut ctx = context.to_vec();
+    let mut draft = Vec::new();
+    for i in 0..n {
+        let t = if i < agree { llm(&ctx) } else { llm(&ctx) + 1 };
+        draft.push(t);
+        ctx.push(t);
+    }
+    draft
+}
+
+fn verified(step: Step) -> (usize, u32) {
+    match step {
+        Step::Done(Outcome::Verified { accepted, token, .. }) => (accepted, token),
+        other => panic!("expected a verified draft, got {other:?}"),
     }
 }
 
@@ -437,6 +472,7 @@ fn over_a_lossy_network_every_accepted_answer_is_for_its_own_context() {
                 fallbacks += 1;
                 p.advance(Duration::from_millis(600)); // let any local-only period pass
             }
+            Outcome::Verified { .. } => panic!("no draft was sent"),
         }
     }
     assert!(cloud_tokens > 200 && fallbacks > 30, "cloud {cloud_tokens}, fallbacks {fallbacks}");
@@ -619,4 +655,151 @@ fn a_go_away_mid_generation_moves_the_session_to_another_replica_without_a_fallb
     assert!(!Pair::sent(&step).full, "then deltas again");
     assert_eq!(p.edge.counters().context_missing, 0, "no wasted round trip");
     assert_eq!(p.edge.counters().stale_replies, 0);
+}
+
+mod drafts {
+    use super::*;
+
+    /// Escalate `draft` at `ctx`, answered at once; the committed tokens after `ctx`.
+    fn round(p: &mut Pair, ctx: &[u32], draft: &[u32]) -> (usize, u32, Transmit) {
+        let step = p.edge.escalate_draft(ctx, draft, up(1), p.now);
+        let t = Pair::sent(&step).clone();
+        let (accepted, token) = verified(p.answer(&t, ctx));
+        (accepted, token, t)
+    }
+
+    #[test]
+    fn a_fully_accepted_draft_yields_every_token_and_the_bonus_and_the_next_delta_skips_them() {
+        let mut p = Pair::new();
+        let mut ctx: Vec<u32> = (100..140).collect();
+        let draft = draft_agreeing(&ctx, 4, 4);
+        let (accepted, token, t) = round(&mut p, &ctx, &draft);
+        assert!(matches!(decoded(&t), Frame::EscalateDraft { ref draft, .. } if draft.len() == 4));
+        assert_eq!(accepted, 4);
+        ctx.extend(&draft);
+        assert_eq!(token, llm(&ctx), "the bonus token after the whole draft");
+        assert_eq!(p.gateway.tokens(), ctx.as_slice(), "the gateway appended the accepted draft");
+        ctx.push(token);
+        let step = p.edge.escalate(&ctx, up(1), p.now);
+        let next = Pair::sent(&step);
+        assert!(matches!(decoded(next), Frame::Escalate { context: ContextSync::Delta { base_len: 44, ref tokens }, .. } if tokens.as_slice() == [token]));
+        assert_eq!(cloud_token(p.answer(next, &ctx)), llm(&ctx));
+    }
+
+    #[test]
+    fn a_draft_rejected_at_its_first_token_yields_the_llms_token_there() {
+        let mut p = Pair::new();
+        let mut ctx: Vec<u32> = (1..20).collect();
+        let draft = draft_agreeing(&ctx, 3, 0);
+        let (accepted, token, _) = round(&mut p, &ctx, &draft);
+        assert_eq!((accepted, token), (0, llm(&ctx)));
+        ctx.push(token);
+        ctx.push(9);
+        let step = p.edge.escalate(&ctx, up(1), p.now);
+        assert!(!Pair::sent(&step).full, "nothing to resync");
+        assert_eq!(cloud_token(p.answer(Pair::sent(&step), &ctx)), llm(&ctx));
+    }
+
+    #[test]
+    fn a_draft_rejected_in_the_middle_keeps_the_prefix_and_corrects_the_rest() {
+        let mut p = Pair::new();
+        let mut ctx: Vec<u32> = (1..20).collect();
+        let draft = draft_agreeing(&ctx, 5, 2);
+        let (accepted, token, _) = round(&mut p, &ctx, &draft);
+        assert_eq!(accepted, 2);
+        ctx.extend(&draft[..2]);
+        assert_eq!(token, llm(&ctx), "the LLM's token at the first rejected position");
+        assert_ne!(token, draft[2]);
+        ctx.push(token);
+        let next = draft_agreeing(&ctx, 2, 2);
+        let (accepted, token, t) = round(&mut p, &ctx, &next);
+        assert!(matches!(decoded(&t), Frame::EscalateDraft { context: ContextSync::Delta { base_len: 21, ref tokens }, .. } if tokens.len() == 1));
+        ctx.extend(&next);
+        assert_eq!((accepted, token), (2, llm(&ctx)));
+        assert_eq!(p.edge.counters().full_syncs, 1, "only the first sync was Full");
+    }
+
+    #[test]
+    fn a_draft_answered_after_the_deadline_falls_back_and_the_next_sync_is_full() {
+        let mut p = Pair::new();
+        let mut ctx: Vec<u32> = (1..20).collect();
+        let draft = draft_agreeing(&ctx, 4, 4);
+        let step = p.edge.escalate_draft(&ctx, &draft, up(1), p.now);
+        let t = Pair::sent(&step).clone();
+        let late = p.serve(&t); // the gateway appended the whole draft and answered...
+        p.now = t.deadline;
+        assert_eq!(fallback(p.edge.on_timeout(p.now)).0, FallbackReason::Timeout);
+        assert_eq!(p.edge.on_reply(late, &ctx, p.now), Step::Wait, "...too late: dropped");
+        // The device keeps the SLM's tokens (the draft); it cannot know what the gateway holds.
+        ctx.extend(&draft);
+        ctx.push(3);
+        let step = p.edge.escalate(&ctx, up(1), p.now);
+        let t = Pair::sent(&step);
+        assert!(t.full, "an unanswered draft resyncs with Full");
+        assert_eq!(cloud_token(p.answer(t, &ctx)), llm(&ctx));
+        assert_eq!(p.gateway.tokens(), ctx.as_slice());
+    }
+
+    #[test]
+    fn a_link_lost_mid_draft_falls_back_and_resyncs_on_the_next_connection() {
+        let mut p = Pair::new();
+        let mut ctx: Vec<u32> = (1..20).collect();
+        let draft = draft_agreeing(&ctx, 3, 3);
+        let step = p.edge.escalate_draft(&ctx, &draft, up(1), p.now);
+        let _lost = Pair::sent(&step).clone();
+        assert_eq!(fallback(p.edge.on_transport_error(true, p.now)).0, FallbackReason::LinkDown);
+        ctx.extend(&draft);
+        assert_eq!(fallback(p.edge.escalate_draft(&ctx, &draft_agreeing(&ctx, 2, 2), LinkView::Down, p.now)).0, FallbackReason::LinkDown);
+        // Reconnected: a new connection, a new gateway copy.
+        p.gateway = SessionContext::new();
+        let next = draft_agreeing(&ctx, 2, 1);
+        let step = p.edge.escalate_draft(&ctx, &next, up(2), p.now);
+        let t = Pair::sent(&step).clone();
+        assert!(t.full);
+        assert_eq!(verified(p.answer(&t, &ctx)).0, 1);
+    }
+
+    #[test]
+    fn a_verified_answer_claiming_more_than_the_draft_is_refused() {
+        let mut p = Pair::new();
+        let ctx: Vec<u32> = (1..10).collect();
+        let step = p.edge.escalate_draft(&ctx, &[1, 2], up(1), p.now);
+        let t = Pair::sent(&step).clone();
+        let bogus = Frame::Verified { session_id: 1, seq: t.seq, accepted: 3, token_id: 5, logprob: -1.0, llm_ms: 1 };
+        assert_eq!(fallback(p.edge.on_reply(bogus, &ctx, p.now)).0, FallbackReason::GatewayError);
+    }
+
+    #[test]
+    fn a_context_missing_resend_carries_the_draft_again() {
+        let mut p = Pair::new();
+        let ctx: Vec<u32> = (1..30).collect();
+        assert_eq!(cloud(p.escalate_served(&ctx, Duration::from_millis(5))), llm(&ctx));
+        p.gateway = SessionContext::new();
+        let mut ctx2 = ctx.clone();
+        ctx2.push(llm(&ctx));
+        let draft = draft_agreeing(&ctx2, 3, 3);
+        let step = p.edge.escalate_draft(&ctx2, &draft, up(1), p.now);
+        let first = Pair::sent(&step).clone();
+        let missing = p.serve(&first);
+        let step = p.edge.on_reply(missing, &ctx2, p.now);
+        let resend = Pair::sent(&step).clone();
+        assert!(resend.full && matches!(decoded(&resend), Frame::EscalateDraft { ref draft, .. } if draft.len() == 3));
+        assert_eq!(verified(p.answer(&resend, &ctx2)).0, 3);
+    }
+
+    #[test]
+    fn a_gateway_answers_a_draft_from_an_old_device_with_an_error_it_can_decode() {
+        assert!(gateway::drafts_unsupported(5, 1, 2).is_none());
+        for v in 1..5 {
+            let Some(Frame::Error { code, seq, .. }) = gateway::drafts_unsupported(v, 1, 2) else { panic!("v{v}") };
+            assert_eq!((code, seq), (ErrorCode::Malformed, Some(2)));
+        }
+        // A device whose draft an old gateway could not decode falls back, and carries on.
+        let mut p = Pair::new();
+        let ctx: Vec<u32> = (1..10).collect();
+        let step = p.edge.escalate_draft(&ctx, &[1, 2], up(1), p.now);
+        let _t = Pair::sent(&step).clone();
+        let old = Frame::Error { session_id: None, seq: None, code: ErrorCode::Malformed, message: "unknown variant".into() };
+        assert_eq!(fallback(p.edge.on_reply(old, &ctx, p.now)).0, FallbackReason::GatewayError);
+    }
 }

@@ -79,7 +79,7 @@ pub fn encode_frame(frame: &Frame, max_frame_bytes: usize) -> Result<Vec<u8>, Co
 pub fn encode_frame_traced(frame: &Frame, trace: Option<&TraceContext>, max_frame_bytes: usize) -> Result<Vec<u8>, CodecError> {
     let mut bytes = encode_frame(frame, max_frame_bytes)?;
     if let Some(tc) = trace {
-        if !matches!(frame, Frame::Escalate { .. }) {
+        if !matches!(frame, Frame::Escalate { .. } | Frame::EscalateDraft { .. }) {
             return Err(CodecError::Encode(format!("a trace context rides only on escalate, not {}", frame.kind())));
         }
         attach_trace_context(&mut bytes, tc, max_frame_bytes)?;
@@ -146,7 +146,7 @@ fn decode_payload(payload: &[u8]) -> Result<(Frame, Option<TraceContext>), Codec
     let rest = payload.get(used..).unwrap_or_default();
     match <&[u8; TRACE_CONTEXT_BYTES]>::try_from(rest) {
         _ if rest.is_empty() => Ok((frame, None)),
-        Ok(trailer) if matches!(frame, Frame::Escalate { .. }) => match TraceContext::from_bytes(trailer) {
+        Ok(trailer) if matches!(frame, Frame::Escalate { .. } | Frame::EscalateDraft { .. }) => match TraceContext::from_bytes(trailer) {
             Ok(tc) => Ok((frame, Some(tc))),
             Err(e) => Err(CodecError::Malformed(format!("trace context: {e}"))),
         },

@@ -93,6 +93,29 @@ impl ContextTracker {
         }
     }
 
+    /// The gateway answered draft escalation `seq` with `accepted` draft tokens taken: it
+    /// appended them to its copy before answering, so the next delta starts after them.
+    /// Ignored unless `seq` is the latest sync sent (an older answer changes nothing the
+    /// gateway still holds for this view).
+    pub fn draft_accepted(&mut self, seq: u32, accepted: usize) {
+        if let Some((sent_seq, len)) = self.last_sent {
+            if sent_seq == seq {
+                let held = len.saturating_add(accepted);
+                self.assumed_len = Some(held);
+                self.acked_len = Some(held);
+                self.last_sent = Some((seq, held));
+            }
+        }
+    }
+
+    /// Draft escalation `seq` was not answered (a timeout, a transport error): the gateway may
+    /// have appended any number of its draft tokens, or none, so the next sync is `Full`.
+    pub fn draft_unresolved(&mut self, seq: u32) {
+        if self.last_sent.is_some_and(|(sent_seq, _)| sent_seq == seq) {
+            self.reset();
+        }
+    }
+
     /// The gateway answered `ContextMissing` for `seq`. Forces a `Full` next, unless a `Full`
     /// was already sent after `seq` (the answer is stale). Returns whether it reset.
     pub fn context_missing(&mut self, seq: u32, _held_len: u32) -> bool {
@@ -178,6 +201,23 @@ mod tests {
         assert!(matches!(t.sync_for(&[1, 2, 9]).context, ContextSync::Full { .. }));
         // Shrinking without telling the tracker is caught too.
         assert!(matches!(t.sync_for(&[1]).context, ContextSync::Full { .. }));
+    }
+
+    #[test]
+    fn accepted_draft_tokens_are_not_sent_again_and_an_unanswered_draft_forces_full() {
+        let mut t = ContextTracker::new();
+        t.sync_for(&[1, 2, 3]);
+        // Draft [4, 5, 6] at position 3: the gateway took 4 and 5 and chose 9 after them.
+        t.draft_accepted(0, 2);
+        assert_eq!(t.assumed_len(), Some(5));
+        assert_eq!(t.sync_for(&[1, 2, 3, 4, 5, 9]).context, delta(5, &[9]));
+        // An answer for an older seq changes nothing.
+        t.draft_accepted(0, 3);
+        assert_eq!(t.assumed_len(), Some(6));
+        t.draft_unresolved(0);
+        assert_eq!(t.assumed_len(), Some(6), "a stale seq does not reset");
+        t.draft_unresolved(1);
+        assert!(matches!(t.sync_for(&[1, 2, 3, 4, 5, 9, 7]).context, ContextSync::Full { .. }));
     }
 
     /// Edge and gateway together, with escalations whose requests are lost or replies late:

@@ -6,7 +6,8 @@
 //! later version is never sent to a peer that announced an earlier one (v1 peers cannot
 //! decode [`Frame::GoAway`], so a gateway sends it only to devices that said `Hello` with
 //! version 2 or later; the bundle frames, v4, only to v4 devices, which alone send the
-//! requests they answer).
+//! requests they answer; `Verified`, v5, only in answer to `EscalateDraft`, which only v5
+//! devices send to v5 gateways).
 
 use serde::{Deserialize, Serialize};
 
@@ -171,6 +172,46 @@ pub enum Frame {
         /// The chunk.
         bytes: Vec<u8>,
     },
+    /// Device → gateway (v5): an escalation that also asks the LLM to check a draft. `draft`
+    /// is the SLM's token at the position asked for followed by its continuation (at most
+    /// [`MAX_DRAFT_TOKENS`](super::MAX_DRAFT_TOKENS)); the gateway runs context and draft in
+    /// one pass and answers [`Frame::Verified`]. Sent only to v5 gateways; may carry a trace
+    /// context like `Escalate`.
+    EscalateDraft {
+        /// As in `Escalate`.
+        session_id: u64,
+        /// As in `Escalate`.
+        seq: u32,
+        /// The context up to (not including) the position asked for; the draft is not part of
+        /// it (the gateway appends the accepted draft tokens itself, see [`Frame::Verified`]).
+        context: ContextSync,
+        /// The SLM's tokens from the position asked for on, at least one.
+        draft: TokenIds,
+        /// How to choose the tokens.
+        sampling: WireSampling,
+        /// As in `Escalate`.
+        deadline_ms: u32,
+    },
+    /// Gateway → device (v5), the answer to `EscalateDraft`: the LLM took the first `accepted`
+    /// draft tokens as its own and chose `token_id` at the position after them (the first
+    /// rejected position, or the bonus position after a fully accepted draft). The LLM's token
+    /// at the position asked for is `draft[0]` when `accepted >= 1`, else `token_id`. The
+    /// gateway appends the accepted draft tokens to the session's context before answering,
+    /// so the device's next delta starts after them.
+    Verified {
+        /// Session of the escalation.
+        session_id: u64,
+        /// Seq of the escalation.
+        seq: u32,
+        /// Draft tokens the LLM accepted (at most the draft's length).
+        accepted: u32,
+        /// The LLM's token after the accepted ones.
+        token_id: u32,
+        /// Its log-probability under the LLM (untempered).
+        logprob: f32,
+        /// Time the backend spent.
+        llm_ms: u32,
+    },
 }
 
 impl Frame {
@@ -194,6 +235,8 @@ impl Frame {
             Frame::BundleOffer { .. } => "bundle_offer",
             Frame::FetchBundle { .. } => "fetch_bundle",
             Frame::BundleChunk { .. } => "bundle_chunk",
+            Frame::EscalateDraft { .. } => "escalate_draft",
+            Frame::Verified { .. } => "verified",
         }
     }
 
@@ -202,6 +245,8 @@ impl Frame {
     pub fn session_seq(&self) -> Option<(u64, Option<u32>)> {
         match *self {
             Frame::Escalate { session_id, seq, .. }
+            | Frame::EscalateDraft { session_id, seq, .. }
+            | Frame::Verified { session_id, seq, .. }
             | Frame::Token { session_id, seq, .. }
             | Frame::Busy { session_id, seq, .. }
             | Frame::ContextMissing { session_id, seq, .. } => Some((session_id, Some(seq))),

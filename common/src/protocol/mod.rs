@@ -1,4 +1,4 @@
-//! The Duet wire protocol (v4; v1-v3 devices still served): message types, the frame codec and the pure per-session logic
+//! The Duet wire protocol (v5; v1-v4 devices still served): message types, the frame codec and the pure per-session logic
 //! that both ends run around it.
 //!
 //! Nothing in here touches a socket or an executor, so every rule of the protocol (framing,
@@ -46,8 +46,9 @@ pub use validate::{ValidationError, ValidationLimits};
 /// v2 adds [`Frame::GoAway`] (graceful drain); v3 lets an `Escalate` end with a 26-byte
 /// [`TraceContext`] (sent only to v3 gateways, only when sampled); v4 adds the router bundle
 /// frames (`BundleReport`, `BundleOffer`, `FetchBundle`, `BundleChunk`: [`crate::fleet`]);
-/// everything else is v1's layout.
-pub const PROTOCOL_VERSION: u16 = 4;
+/// v5 adds draft verification ([`Frame::EscalateDraft`] → [`Frame::Verified`]: several
+/// LLM-checked tokens per round trip); everything else is v1's layout.
+pub const PROTOCOL_VERSION: u16 = 5;
 
 /// Oldest version a gateway still serves: v1 devices get no `GoAway` (their connection is
 /// simply closed at the end of a drain).
@@ -69,6 +70,16 @@ pub fn accepts_trace_context(version: u16) -> bool {
 pub fn understands_bundles(version: u16) -> bool {
     version >= 4
 }
+
+/// Whether a peer speaking `version` has draft verification (v5): a device sends
+/// `EscalateDraft` only to a gateway that has it; a gateway answers one only on a v5 connection.
+pub fn understands_drafts(version: u16) -> bool {
+    version >= 5
+}
+
+/// Most tokens in one `EscalateDraft` draft: bounds the LLM work one escalation can ask for
+/// beyond its context, and the answer's `accepted`.
+pub const MAX_DRAFT_TOKENS: usize = 16;
 
 /// QUIC ALPN identifier; a peer speaking another protocol fails the TLS handshake instead of
 /// sending us bytes we would try to decode. It names the framing (length-prefixed bincode, one

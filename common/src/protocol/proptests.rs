@@ -107,6 +107,12 @@ fn frame() -> impl Strategy<Value = Frame> {
         (any::<[u8; 32]>(), any::<u32>()).prop_map(|(d, offset)| Frame::FetchBundle { sha256: Sha256Digest(d), offset }),
         (any::<[u8; 32]>(), any::<u32>(), any::<u32>(), prop::collection::vec(any::<u8>(), 0..256))
             .prop_map(|(d, offset, total, bytes)| Frame::BundleChunk { sha256: Sha256Digest(d), offset, total, bytes }),
+        (any::<u64>(), any::<u32>(), context_sync(), token_ids(), sampling(), any::<u32>()).prop_map(
+            |(session_id, seq, context, draft, sampling, deadline_ms)| Frame::EscalateDraft { session_id, seq, context, draft, sampling, deadline_ms }
+        ),
+        (any::<u64>(), any::<u32>(), any::<u32>(), any::<u32>(), any::<f32>(), any::<u32>()).prop_map(
+            |(session_id, seq, accepted, token_id, logprob, llm_ms)| Frame::Verified { session_id, seq, accepted, token_id, logprob, llm_ms }
+        ),
     ]
 }
 
@@ -218,7 +224,7 @@ proptest! {
         let plain = encode_frame(&f, MAX).unwrap();
         match encode_frame_traced(&f, Some(&tc), MAX) {
             Ok(traced) => {
-                let is_escalation = matches!(f, Frame::Escalate { .. });
+                let is_escalation = matches!(f, Frame::Escalate { .. } | Frame::EscalateDraft { .. });
                 prop_assert!(is_escalation);
                 prop_assert_eq!(traced.len(), plain.len() + TRACE_CONTEXT_BYTES);
                 let (decoded, got) = decode_frame_traced(&traced, MAX).unwrap();
@@ -235,9 +241,27 @@ proptest! {
                 prop_assert_eq!(streamed.map(|(_, t)| t), Some(Some(tc)));
             }
             Err(_) => {
-                let is_escalation = matches!(f, Frame::Escalate { .. });
+                let is_escalation = matches!(f, Frame::Escalate { .. } | Frame::EscalateDraft { .. });
                 prop_assert!(!is_escalation, "only escalations carry a trace context");
             }
+        }
+    }
+
+    /// A decoded draft escalation or answer is either valid or refused with a typed error,
+    /// and a valid one never holds more than the draft limit.
+    #[test]
+    fn draft_frames_validate_within_their_bounds(f in frame(), vocab in 1u32..200_000) {
+        let lim = super::ValidationLimits { max_context_tokens: 4096, vocab_size: Some(vocab), ..Default::default() };
+        match (&f, f.validate(&lim)) {
+            (Frame::EscalateDraft { draft, context, .. }, Ok(())) => {
+                prop_assert!((1..=super::MAX_DRAFT_TOKENS).contains(&draft.len()));
+                prop_assert!(draft.as_slice().iter().chain(context.tokens().as_slice()).all(|&t| t < vocab));
+                prop_assert!(context.resulting_len().unwrap() + draft.len() <= 4096);
+            }
+            (Frame::Verified { accepted, token_id, .. }, Ok(())) => {
+                prop_assert!(*accepted as usize <= super::MAX_DRAFT_TOKENS && *token_id < vocab);
+            }
+            _ => {}
         }
     }
 
@@ -306,4 +330,24 @@ fn typical_escalation_sizes() {
     let tc = TraceContext::sampled([1; 16], [2; 8]).unwrap();
     assert_eq!(encode_frame_traced(&delta, None, MAX).unwrap().len(), delta_len);
     assert_eq!(encode_frame_traced(&delta, Some(&tc), MAX).unwrap().len(), delta_len + 26);
+}
+
+/// The draft's wire budget: a later draft escalation costs at most 64 bytes plus 3 per draft
+/// token (prefix included), and its answer stays small.
+#[test]
+fn draft_escalations_stay_within_their_budget() {
+    for n in 1..=super::MAX_DRAFT_TOKENS {
+        let worst = Frame::EscalateDraft {
+            session_id: 200,
+            seq: 60_000,
+            context: ContextSync::Delta { base_len: 30_000, tokens: vec![39_999; 12].into() },
+            draft: vec![39_999; n].into(),
+            sampling: WireSampling { temperature: 0.7, top_k: 50, top_p: 0.9, seed: None },
+            deadline_ms: 60_000,
+        };
+        let len = encode_frame(&worst, MAX).unwrap().len();
+        assert!(len <= 64 + 3 * n, "a draft escalation of {n} tokens is {len} bytes");
+    }
+    let answer = Frame::Verified { session_id: 200, seq: 60_000, accepted: 16, token_id: 151_000, logprob: -0.3, llm_ms: 900 };
+    assert!(encode_frame(&answer, MAX).unwrap().len() <= 24);
 }

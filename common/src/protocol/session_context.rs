@@ -3,7 +3,10 @@
 //! The gateway never generates into this context: the token it returns may be discarded by
 //! the device (fallback on deadline), so the device's next delta carries whatever token it
 //! actually kept. The copy is therefore always a prefix of the device's sequence, which is
-//! why equal lengths imply equal contents and a length check suffices.
+//! why equal lengths imply equal contents and a length check suffices. The one exception is
+//! a draft the LLM verified (v5): its accepted tokens are appended at once
+//! ([`SessionContext::append_accepted`]), because the device commits exactly those tokens
+//! when it reads the answer, and if it does not read it (a timeout) it resyncs with `Full`.
 //!
 //! Applying is all-or-nothing: a rejected sync leaves the context and the seq untouched.
 //! The gateway should apply an escalation's sync before admission control, so that a `Busy`
@@ -124,6 +127,22 @@ impl SessionContext {
     }
 }
 
+impl SessionContext {
+    /// Append the draft tokens the LLM accepted for escalation `seq` (answered `Verified`),
+    /// so the device's next delta need not carry them. Only right after `seq`'s sync was
+    /// applied at `base_len` tokens (the device appends the same tokens when it reads the
+    /// answer); otherwise nothing changes and the device's next delta finds the mismatch.
+    /// Returns whether it appended.
+    pub fn append_accepted(&mut self, seq: u32, base_len: usize, accepted: &[u32], max_tokens: usize) -> bool {
+        let fits = base_len.saturating_add(accepted.len()) <= max_tokens;
+        if self.last_seq != Some(seq) || self.tokens.len() != base_len || !fits {
+            return false;
+        }
+        self.tokens.extend_from_slice(accepted);
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,5 +217,18 @@ mod tests {
         assert!(matches!(t, Frame::Error { code: ErrorCode::ContextTooLong, .. }));
         let o = ContextError::OutOfOrder { seq: 1, last: 2 }.reply(1, 1);
         assert!(matches!(o, Frame::Error { code: ErrorCode::OutOfOrder, .. }));
+    }
+
+    #[test]
+    fn accepted_draft_tokens_are_appended_only_right_after_their_sync() {
+        let mut g = SessionContext::new();
+        g.apply(1, &ContextSync::Full { tokens: vec![1, 2].into() }, 100).unwrap();
+        assert!(g.append_accepted(1, 2, &[3, 4], 100));
+        assert_eq!(g.tokens(), &[1, 2, 3, 4]);
+        assert!(!g.append_accepted(1, 2, &[5], 100), "the held length moved on");
+        g.apply(2, &delta(4, &[9]), 100).unwrap();
+        assert!(!g.append_accepted(1, 5, &[5], 100), "an older seq");
+        assert!(!g.append_accepted(2, 5, &[5; 10], 10), "past the limit");
+        assert_eq!(g.tokens(), &[1, 2, 3, 4, 9]);
     }
 }

@@ -4,7 +4,8 @@
 //! index past the embedding table).
 
 use super::messages::{ErrorCode, Frame, Limits, RejectReason, WireSampling};
-use super::MAX_REDIRECT_BYTES;
+use super::token_ids::TokenIds;
+use super::{MAX_DRAFT_TOKENS, MAX_REDIRECT_BYTES};
 
 /// Length of a lowercase hex SHA-256, the form of `tokenizer_fingerprint`.
 const FINGERPRINT_HEX_LEN: usize = 64;
@@ -85,6 +86,15 @@ pub enum ValidationError {
     /// A bundle frame out of bounds (version label, size, chunk).
     #[error("{0}")]
     Bundle(String),
+    /// A draft that is empty or longer than [`MAX_DRAFT_TOKENS`], or a `Verified` that accepts
+    /// more than a draft can hold.
+    #[error("a draft holds 1..={max} tokens, got {len}")]
+    Draft {
+        /// Its length (or `accepted`).
+        len: usize,
+        /// Limit.
+        max: usize,
+    },
 }
 
 impl ValidationError {
@@ -121,26 +131,24 @@ impl Frame {
             },
             Frame::Escalate { context, sampling, .. } => {
                 let len = context.resulting_len().unwrap_or(usize::MAX);
-                if usize::try_from(limits.max_context_tokens).is_ok_and(|max| len > max) {
-                    return Err(ValidationError::ContextTooLong { len, max: limits.max_context_tokens });
-                }
-                if let Some(vocab_size) = limits.vocab_size {
-                    if let Some(&id) = context.tokens().as_slice().iter().find(|&&id| id >= vocab_size) {
-                        return Err(ValidationError::InvalidToken { id, vocab_size });
-                    }
-                }
-                check_sampling(sampling)
+                check_escalation(limits, len, context.tokens(), sampling)
             }
-            Frame::Token { logprob, token_id, .. } => {
-                if logprob.is_nan() || *logprob > 0.0 {
-                    return Err(ValidationError::Logprob(*logprob));
+            Frame::EscalateDraft { context, draft, sampling, .. } => {
+                if draft.is_empty() || draft.len() > MAX_DRAFT_TOKENS {
+                    return Err(ValidationError::Draft { len: draft.len(), max: MAX_DRAFT_TOKENS });
                 }
-                match limits.vocab_size {
-                    Some(vocab_size) if *token_id >= vocab_size => {
-                        Err(ValidationError::InvalidToken { id: *token_id, vocab_size })
-                    }
-                    _ => Ok(()),
+                // The draft's tokens must fit the context too: the LLM runs them.
+                let len = context.resulting_len().unwrap_or(usize::MAX).saturating_add(draft.len());
+                check_escalation(limits, len, context.tokens(), sampling)?;
+                check_vocab(limits, draft)
+            }
+            Frame::Token { logprob, token_id, .. } => check_answer(limits, *logprob, *token_id),
+            Frame::Verified { accepted, logprob, token_id, .. } => {
+                let accepted = usize::try_from(*accepted).unwrap_or(usize::MAX);
+                if accepted > MAX_DRAFT_TOKENS {
+                    return Err(ValidationError::Draft { len: accepted, max: MAX_DRAFT_TOKENS });
                 }
+                check_answer(limits, *logprob, *token_id)
             }
             Frame::Error { message, .. } => s("message", message),
             Frame::GoAway { redirect } => redirect.as_deref().map_or(Ok(()), check_redirect),
@@ -154,6 +162,37 @@ impl Frame {
             | Frame::Ping { .. }
             | Frame::Pong { .. } => Ok(()),
         }
+    }
+}
+
+/// An escalation whose context becomes `len` tokens: within the limit, ids in the
+/// vocabulary, sampling in range.
+fn check_escalation(limits: &ValidationLimits, len: usize, tokens: &TokenIds, sampling: &WireSampling) -> Result<(), ValidationError> {
+    if usize::try_from(limits.max_context_tokens).is_ok_and(|max| len > max) {
+        return Err(ValidationError::ContextTooLong { len, max: limits.max_context_tokens });
+    }
+    check_vocab(limits, tokens)?;
+    check_sampling(sampling)
+}
+
+/// Every id below the vocabulary size, when the receiver knows it.
+fn check_vocab(limits: &ValidationLimits, tokens: &TokenIds) -> Result<(), ValidationError> {
+    if let Some(vocab_size) = limits.vocab_size {
+        if let Some(&id) = tokens.as_slice().iter().find(|&&id| id >= vocab_size) {
+            return Err(ValidationError::InvalidToken { id, vocab_size });
+        }
+    }
+    Ok(())
+}
+
+/// An answer's token: a log-probability (<= 0, not NaN) and an id in the vocabulary.
+fn check_answer(limits: &ValidationLimits, logprob: f32, token_id: u32) -> Result<(), ValidationError> {
+    if logprob.is_nan() || logprob > 0.0 {
+        return Err(ValidationError::Logprob(logprob));
+    }
+    match limits.vocab_size {
+        Some(vocab_size) if token_id >= vocab_size => Err(ValidationError::InvalidToken { id: token_id, vocab_size }),
+        _ => Ok(()),
     }
 }
 
@@ -316,6 +355,38 @@ mod tests {
         for bad in [chunk(0, 100, 0), chunk(90, 100, 11), chunk(u32::MAX, u32::MAX, 1), chunk(0, 1 << 30, MAX_CHUNK_BYTES + 1)] {
             assert!(matches!(bad.validate(&lim), Err(ValidationError::Bundle(_))));
         }
+    }
+
+    #[test]
+    fn a_draft_is_bounded_in_length_vocabulary_and_context() {
+        let lim = ValidationLimits { max_context_tokens: 10, vocab_size: Some(100), ..Default::default() };
+        let draft = |base_len: u32, ids: Vec<u32>| Frame::EscalateDraft {
+            session_id: 1,
+            seq: 1,
+            context: ContextSync::Delta { base_len, tokens: vec![1].into() },
+            draft: ids.into(),
+            sampling: WireSampling::default(),
+            deadline_ms: 100,
+        };
+        assert_eq!(draft(5, vec![1, 2, 3]).validate(&lim), Ok(()));
+        assert!(matches!(draft(5, vec![]).validate(&lim), Err(ValidationError::Draft { len: 0, .. })));
+        let long = ValidationLimits { max_context_tokens: 1000, ..lim };
+        assert!(matches!(draft(5, vec![1; MAX_DRAFT_TOKENS + 1]).validate(&long), Err(ValidationError::Draft { .. })));
+        assert_eq!(draft(5, vec![1; MAX_DRAFT_TOKENS]).validate(&long), Ok(()));
+        assert_eq!(draft(5, vec![1, 100]).validate(&lim), Err(ValidationError::InvalidToken { id: 100, vocab_size: 100 }));
+        // Context 6 + draft 5 passes the limit of 10: the draft's tokens count.
+        assert_eq!(draft(5, vec![1; 5]).validate(&lim), Err(ValidationError::ContextTooLong { len: 11, max: 10 }));
+    }
+
+    #[test]
+    fn a_verified_answer_accepts_at_most_a_draft_and_names_a_token_in_the_vocabulary() {
+        let lim = ValidationLimits { vocab_size: Some(100), ..Default::default() };
+        let v = |accepted: u32, token_id: u32, logprob: f32| Frame::Verified { session_id: 1, seq: 1, accepted, token_id, logprob, llm_ms: 1 };
+        assert_eq!(v(3, 5, -0.5).validate(&lim), Ok(()));
+        assert_eq!(v(MAX_DRAFT_TOKENS as u32, 5, 0.0).validate(&lim), Ok(()));
+        assert!(matches!(v(MAX_DRAFT_TOKENS as u32 + 1, 5, -0.5).validate(&lim), Err(ValidationError::Draft { .. })));
+        assert_eq!(v(0, 100, -0.5).validate(&lim).unwrap_err().code(), ErrorCode::InvalidToken);
+        assert!(matches!(v(0, 1, 0.5).validate(&lim), Err(ValidationError::Logprob(_))));
     }
 
     #[test]

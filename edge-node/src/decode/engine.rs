@@ -6,7 +6,8 @@ use std::time::Instant;
 use model_runtime::RuntimeError;
 use serde::Serialize;
 
-use super::cloud::{Cloud, CloudAnswer};
+use super::cloud::{Cloud, CloudAnswer, DraftAnswer};
+use super::draft::DraftControl;
 use super::rate::RateControl;
 use super::slm::{Proposal, Slm};
 use super::stats::DecodeStats;
@@ -101,6 +102,11 @@ pub async fn decode<S: Slm, C: Cloud>(
         on_token,
     };
     let window = if slm.can_rewind() { cloud.speculation_window() } else { 0 };
+    // Drafts (protocol v5): their length follows acceptance and the answer time; none while
+    // the link is degraded (the last escalation fell back).
+    let draft_limit = if slm.can_rewind() { cloud.draft_limit() } else { 0 };
+    let mut drafts = DraftControl::new();
+    let mut degraded = false;
     let finish = loop {
         if out.stats.tokens >= params.max_new_tokens {
             break FinishReason::Length;
@@ -131,6 +137,18 @@ pub async fn decode<S: Slm, C: Cloud>(
             continue;
         }
         out.stats.routing.escalated += 1;
+        let draft_len = drafts.next_len(draft_limit, degraded).min(out.room());
+        if let (Some(p), true) = (proposal, draft_len > 0 && room) {
+            // Draft: the SLM's token and its continuation go to the LLM, which checks them all.
+            let own = p.token;
+            let at = out.context.len();
+            let drafted = draft(slm, cloud, &out.context, own, draft_len, &out.stop, &mut drafts).await?;
+            degraded = matches!(drafted.answer, DraftAnswer::Fallback(_));
+            if let ControlFlow::Break(reason) = out.settle_draft(slm, at, drafted, &mut drafts) {
+                break reason;
+            }
+            continue;
+        }
         let own = proposal.map(|p| p.token).filter(|t| window > 0 && out.room() > 1 && room && !out.stop.contains(t));
         if let Some(own) = own {
             // Speculate: the SLM's token goes in at once and the SLM continues from it.
@@ -145,7 +163,12 @@ pub async fn decode<S: Slm, C: Cloud>(
         }
         let asked = Instant::now();
         let answer = cloud.escalate(&out.context).await;
-        let source = out.record_answer(answer, asked.elapsed().as_secs_f64() * 1e3);
+        let waited_ms = asked.elapsed().as_secs_f64() * 1e3;
+        degraded = matches!(answer, CloudAnswer::Fallback(_));
+        if !degraded {
+            drafts.waited(waited_ms);
+        }
+        let source = out.record_answer(answer, waited_ms);
         let token = match answer {
             CloudAnswer::Token(t) => t,
             CloudAnswer::Fallback(_) => match proposal {
@@ -232,6 +255,42 @@ async fn speculate<S: Slm, C: Cloud>(slm: &mut S, router: &mut dyn Router, cloud
     }
     let answer = answer.await;
     Ok(Speculation { answer, latency_ms: asked.elapsed().as_secs_f64() * 1e3, tokens, confidences, pushed })
+}
+
+/// An escalation that carried a draft, answered.
+struct Drafted {
+    /// The SLM's token at the hard position, then its continuation.
+    draft: Vec<u32>,
+    /// How many of them (the first ones) the SLM holds.
+    pushed: usize,
+    /// The cloud's answer.
+    answer: DraftAnswer,
+    /// How long it took.
+    latency_ms: f64,
+}
+
+/// Decode a draft of up to `len` tokens from the SLM's token `own` at the position after
+/// `context` (the router is not asked: the LLM checks every draft position), then escalate it.
+/// It stops after a stop token and where the context is full, and gives the SLM every draft
+/// token but the last.
+async fn draft<S: Slm, C: Cloud>(slm: &mut S, cloud: &mut C, context: &[u32], own: u32, len: usize, stop: &[u32], control: &mut DraftControl) -> Result<Drafted, RuntimeError> {
+    let mut draft = vec![own];
+    let mut pushed = 0;
+    while let (true, Some(&last)) = (draft.len() < len, draft.last()) {
+        if stop.contains(&last) || !slm.has_room() {
+            break;
+        }
+        slm.push(last);
+        pushed += 1;
+        let step = Instant::now();
+        slm.pace().await;
+        let p = slm.propose()?;
+        control.stepped(step.elapsed().as_secs_f64() * 1e3);
+        draft.push(p.token);
+    }
+    let asked = Instant::now();
+    let answer = cloud.escalate_draft(context, &draft).await;
+    Ok(Drafted { draft, pushed, answer, latency_ms: asked.elapsed().as_secs_f64() * 1e3 })
 }
 
 /// The committed side of a decode: the context, the counters, and the caller's `on_token`.
@@ -321,6 +380,45 @@ impl<F: FnMut(Emitted<'_>) -> ControlFlow<()>> Committer<F> {
             }
         }
         flow
+    }
+
+    /// Commit the outcome of a draft escalation at position `at`: the accepted draft tokens and
+    /// the LLM's token after them (every one the LLM's), or on a fallback the SLM's token at
+    /// `at` alone (the loop goes on from there as without a draft). The SLM is rolled back
+    /// once, to what is committed, and given what it does not hold yet.
+    fn settle_draft<S: Slm>(&mut self, slm: &mut S, at: usize, d: Drafted, control: &mut DraftControl) -> ControlFlow<FinishReason> {
+        let (keep, next, source) = match d.answer {
+            DraftAnswer::Verified { accepted, token } => {
+                let accepted = accepted.min(d.draft.len());
+                self.stats.routing.cloud_tokens += 1;
+                self.stats.escalation_latencies.push(d.latency_ms);
+                self.stats.drafts.record(d.draft.len(), accepted);
+                control.answered(d.draft.len(), accepted, d.latency_ms);
+                (accepted, Some(token), TokenSource::Cloud)
+            }
+            DraftAnswer::Fallback(reason) => {
+                self.stats.routing.fallback(reason);
+                (1, None, TokenSource::Fallback)
+            }
+        };
+        if d.pushed > keep {
+            slm.rewind(at + keep);
+        }
+        let held = d.pushed.min(keep);
+        let mut flow = ControlFlow::Continue(());
+        for (j, &t) in d.draft[..keep].iter().enumerate() {
+            if flow.is_break() {
+                break;
+            }
+            flow = self.emit(t, source, None);
+            if j >= held {
+                flow = flow.then(|| advance(slm, t));
+            }
+        }
+        match next {
+            Some(t) => flow.then(|| self.commit(slm, t, TokenSource::Cloud)),
+            None => flow,
+        }
     }
 
     /// [`Committer::emit`], then give the token to the SLM for the next position (unless the

@@ -9,6 +9,7 @@
 //! rate, a [`RateControl`] in [`DecodeParams`] steers it from position to position (`rate`).
 
 mod cloud;
+mod draft;
 mod engine;
 mod rate;
 mod slm;
@@ -18,9 +19,10 @@ mod trace;
 #[cfg(test)]
 mod tests;
 
-pub use cloud::{Cloud, CloudAnswer, NoCloud};
+pub use cloud::{Cloud, CloudAnswer, DraftAnswer, NoCloud};
+pub use draft::{DraftControl, DraftMode, MAX_DRAFT};
 pub use engine::{decode, DecodeParams, Emitted, FinishReason, TokenSource};
 pub use rate::{RateControl, RateControlError, RateReport, DEFAULT_BAND};
 pub use slm::{OnnxSlm, Proposal, Slm};
-pub use stats::{DecodeStats, RoutingCounts, SpeculationCounts};
+pub use stats::{DecodeStats, DraftCounts, RoutingCounts, SpeculationCounts};
 pub use trace::{TracePoint, TraceSlm};

@@ -67,6 +67,48 @@ pub struct SpeculationCounts {
     pub tokens_discarded: usize,
 }
 
+/// What drafts the LLM checked did (protocol v5, `--draft adaptive`): how many of the SLM's
+/// draft tokens the LLM took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct DraftCounts {
+    /// Draft escalations the LLM answered.
+    #[serde(rename = "drafts_answered")]
+    pub answered: usize,
+    /// Draft tokens in them.
+    #[serde(rename = "draft_tokens_sent")]
+    pub tokens_sent: usize,
+    /// Of those, accepted by the LLM (each a committed token the LLM checked).
+    #[serde(rename = "draft_tokens_accepted")]
+    pub tokens_accepted: usize,
+    /// `tokens_accepted / tokens_sent` (0 without drafts).
+    pub draft_acceptance_rate: f64,
+    /// Accepted tokens per answered draft (0 without drafts).
+    pub draft_mean_accepted: f64,
+}
+
+impl DraftCounts {
+    /// A draft of `sent` tokens answered with `accepted` taken.
+    pub fn record(&mut self, sent: usize, accepted: usize) {
+        self.answered += 1;
+        self.tokens_sent += sent;
+        self.tokens_accepted += accepted.min(sent);
+        self.rates();
+    }
+
+    /// Add another sequence's counts.
+    pub fn add(&mut self, other: &DraftCounts) {
+        self.answered += other.answered;
+        self.tokens_sent += other.tokens_sent;
+        self.tokens_accepted += other.tokens_accepted;
+        self.rates();
+    }
+
+    fn rates(&mut self) {
+        self.draft_acceptance_rate = if self.tokens_sent > 0 { self.tokens_accepted as f64 / self.tokens_sent as f64 } else { 0.0 };
+        self.draft_mean_accepted = if self.answered > 0 { self.tokens_accepted as f64 / self.answered as f64 } else { 0.0 };
+    }
+}
+
 /// What one call of [`super::decode`] did.
 #[derive(Debug, Clone, Serialize)]
 pub struct DecodeStats {
@@ -84,6 +126,9 @@ pub struct DecodeStats {
     /// What speculation past escalated tokens did.
     #[serde(flatten)]
     pub speculation: SpeculationCounts,
+    /// What the drafts the LLM checked did.
+    #[serde(flatten)]
+    pub drafts: DraftCounts,
     /// The rate controller after the last position, when one steered tau: reported as its
     /// session's figures (target, tau at start and end, share realized); pass it to the next
     /// decode to carry it on.
@@ -134,6 +179,7 @@ impl Default for DecodeStats {
             finish_reason: FinishReason::Length,
             routing: RoutingCounts::default(),
             speculation: SpeculationCounts::default(),
+            drafts: DraftCounts::default(),
             rate_control: None,
             context_missing: 0,
             full_syncs: 0,
@@ -180,6 +226,7 @@ impl DecodeStats {
         self.speculation.rolled_back += other.speculation.rolled_back;
         self.speculation.tokens_kept += other.speculation.tokens_kept;
         self.speculation.tokens_discarded += other.speculation.tokens_discarded;
+        self.drafts.add(&other.drafts);
         self.context_missing += other.context_missing;
         self.full_syncs += other.full_syncs;
     }

@@ -353,3 +353,255 @@ mod equivalence {
         }
     }
 }
+
+/// A cloud that checks drafts (protocol v5) with an LLM that is a fixed function of the
+/// context: it agrees with the trace's token at a position unless `disagrees(context)`.
+/// Escalation `k` falls back when `fallbacks` holds `k`. Records each draft it was asked about
+/// (empty for a plain escalation).
+struct DraftCloud {
+    points: Vec<(u32, f32)>,
+    seed: u64,
+    /// Percent of positions where the LLM picks another token.
+    disagree_pct: u64,
+    fallbacks: Vec<(usize, FallbackReason)>,
+    limit: usize,
+    drafts: Vec<(Vec<u32>, Vec<u32>)>,
+}
+
+impl DraftCloud {
+    fn new(points: &[(u32, f32)], seed: u64, disagree_pct: u64, limit: usize) -> Self {
+        Self { points: points.to_vec(), seed, disagree_pct, fallbacks: Vec::new(), limit, drafts: Vec::new() }
+    }
+
+    /// The LLM's token after `context` (prompt of 3 included).
+    fn llm(&self, context: &[u32]) -> u32 {
+        llm_token(&self.points, self.seed, self.disagree_pct, context)
+    }
+
+    fn fallback(&self, k: usize) -> Option<FallbackReason> {
+        self.fallbacks.iter().find(|(i, _)| *i == k).map(|(_, r)| *r)
+    }
+}
+
+fn llm_token(points: &[(u32, f32)], seed: u64, disagree_pct: u64, context: &[u32]) -> u32 {
+    let h = context.iter().fold(seed ^ 0x9e37_79b9_7f4a_7c15, |h, &t| (h ^ u64::from(t)).wrapping_mul(0x1000_0000_01b3));
+    let slm = points.get(context.len() - 3).map_or(0, |p| p.0);
+    if (h >> 7) % 100 < disagree_pct {
+        // Another token, sometimes the stop token.
+        [20, 21, 0][((h >> 20) % 3) as usize]
+    } else {
+        slm
+    }
+}
+
+impl Cloud for DraftCloud {
+    fn draft_limit(&self) -> usize {
+        self.limit
+    }
+    async fn escalate(&mut self, context: &[u32]) -> CloudAnswer {
+        let k = self.drafts.len();
+        self.drafts.push((context.to_vec(), Vec::new()));
+        match self.fallback(k) {
+            Some(r) => CloudAnswer::Fallback(r),
+            None => CloudAnswer::Token(self.llm(context)),
+        }
+    }
+    async fn escalate_draft(&mut self, context: &[u32], draft: &[u32]) -> DraftAnswer {
+        let k = self.drafts.len();
+        self.drafts.push((context.to_vec(), draft.to_vec()));
+        if let Some(r) = self.fallback(k) {
+            return DraftAnswer::Fallback(r);
+        }
+        let mut ctx = context.to_vec();
+        for (j, &d) in draft.iter().enumerate() {
+            let l = self.llm(&ctx);
+            if l != d {
+                return DraftAnswer::Verified { accepted: j, token: l };
+            }
+            ctx.push(d);
+        }
+        DraftAnswer::Verified { accepted: draft.len(), token: self.llm(&ctx) }
+    }
+}
+
+fn run_draft(points: &[(u32, f32)], cloud: &mut DraftCloud, max: usize, capacity: usize) -> (Vec<(u32, TokenSource)>, DecodeStats, Vec<u32>) {
+    let mut slm = TraceSlm::new(trace(points), capacity, vec![0]);
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let mut out = Vec::new();
+    let params = DecodeParams { max_new_tokens: max, tau: 0.5, rate_control: None };
+    let stats = rt
+        .block_on(decode(&mut slm, &mut ConfidenceRouter, cloud, &[1, 2, 3], params, |e| {
+            out.push((e.token, e.source));
+            ControlFlow::Continue(())
+        }))
+        .unwrap();
+    (out, stats, slm.pushed)
+}
+
+/// The loop that asks the LLM position by position: at a hard position it escalates; when the
+/// LLM answers the SLM's own token it goes on escalating the next position, for as many
+/// positions as the draft sent there held (`drafts[k]`, 0 for a plain escalation), and one
+/// more (the bonus). A fallback takes the SLM's token.
+fn position_by_position(points: &[(u32, f32)], llm: impl Fn(&[u32]) -> u32, fallback: impl Fn(usize) -> bool, drafts: &[usize], max: usize, capacity: usize) -> Vec<(u32, TokenSource)> {
+    let slm = |i: usize| points.get(i).copied().unwrap_or((0, 1.0));
+    let mut ctx = vec![1u32, 2, 3];
+    let mut out: Vec<(u32, TokenSource)> = Vec::new();
+    // Commit a token; whether generation goes on (stop token, length, full context).
+    let commit = |out: &mut Vec<(u32, TokenSource)>, ctx: &mut Vec<u32>, t: u32, s: TokenSource| {
+        out.push((t, s));
+        ctx.push(t);
+        t != 0 && out.len() < max && ctx.len() - 1 < capacity
+    };
+    let mut k = 0;
+    'outer: while out.len() < max {
+        let i = ctx.len() - 3;
+        let (own, conf) = slm(i);
+        if conf >= 0.5 {
+            if !commit(&mut out, &mut ctx, own, TokenSource::Slm) {
+                break;
+            }
+            continue;
+        }
+        let n = drafts.get(k).copied().unwrap_or(0);
+        k += 1;
+        if fallback(k - 1) {
+            if !commit(&mut out, &mut ctx, own, TokenSource::Fallback) {
+                break;
+            }
+            continue;
+        }
+        let mut j = 0;
+        loop {
+            let l = llm(&ctx);
+            let agreed = l == slm(i + j).0;
+            if !commit(&mut out, &mut ctx, l, TokenSource::Cloud) {
+                break 'outer;
+            }
+            // Positions 0..n are the draft's, n the bonus: go on inside the draft while agreed.
+            if n == 0 || j == n || !agreed {
+                break;
+            }
+            j += 1;
+        }
+    }
+    out
+}
+
+#[test]
+fn a_fully_accepted_draft_commits_every_draft_token_and_the_bonus_as_the_llms() {
+    let points = [(10, 0.9), (11, 0.2), (12, 0.9), (13, 0.9), (14, 0.9), (15, 0.9)];
+    let mut cloud = DraftCloud::new(&points, 1, 0, 3);
+    let (out, stats, pushed) = run_draft(&points, &mut cloud, 6, 100);
+    assert_eq!(cloud.drafts, vec![(vec![1, 2, 3, 10], vec![11, 12, 13])], "one escalation carried the SLM's token and two more");
+    let c = TokenSource::Cloud;
+    assert_eq!(out, vec![(10, TokenSource::Slm), (11, c), (12, c), (13, c), (14, c), (15, TokenSource::Slm)]);
+    assert_eq!((stats.drafts.answered, stats.drafts.tokens_sent, stats.drafts.tokens_accepted), (1, 3, 3));
+    assert_eq!((stats.drafts.draft_acceptance_rate, stats.drafts.draft_mean_accepted), (1.0, 3.0));
+    assert_eq!((stats.routing.escalated, stats.routing.cloud_tokens), (1, 1));
+    assert_eq!(pushed, vec![10, 11, 12, 13, 14], "no roll-back; the last token is not pushed");
+}
+
+#[test]
+fn a_draft_rejected_at_its_first_token_commits_the_llms_token_and_rolls_the_slm_back_once() {
+    let points = [(10, 0.2), (11, 0.9), (12, 0.9), (13, 0.9)];
+    let mut cloud = DraftCloud::new(&points, 1, 0, 3);
+    cloud.points[0].0 = 77; // the LLM's token at position 0
+    let (out, stats, pushed) = run_draft(&points, &mut cloud, 4, 100);
+    assert_eq!(cloud.drafts[0].1, vec![10, 11, 12]);
+    assert_eq!(out, vec![(77, TokenSource::Cloud), (11, TokenSource::Slm), (12, TokenSource::Slm), (13, TokenSource::Slm)]);
+    assert_eq!((stats.drafts.tokens_sent, stats.drafts.tokens_accepted), (3, 0));
+    assert_eq!(pushed, vec![77, 11, 12], "the SLM holds exactly the committed tokens");
+}
+
+#[test]
+fn a_draft_rejected_in_the_middle_keeps_the_accepted_prefix_and_the_correction() {
+    let points = [(10, 0.2), (11, 0.9), (12, 0.9), (13, 0.9), (14, 0.9)];
+    let mut cloud = DraftCloud::new(&points, 1, 0, 4);
+    cloud.points[2].0 = 88; // the LLM disagrees at position 2
+    let (out, stats, pushed) = run_draft(&points, &mut cloud, 5, 100);
+    assert_eq!(cloud.drafts[0].1, vec![10, 11, 12, 13]);
+    let c = TokenSource::Cloud;
+    assert_eq!(out, vec![(10, c), (11, c), (88, c), (13, TokenSource::Slm), (14, TokenSource::Slm)]);
+    assert_eq!((stats.drafts.tokens_accepted, stats.drafts.draft_mean_accepted), (2, 2.0));
+    assert_eq!(pushed, vec![10, 11, 88, 13]);
+}
+
+#[test]
+fn a_draft_answered_after_its_deadline_keeps_only_the_slms_token_and_the_next_hard_token_sends_no_draft() {
+    let points = [(10, 0.2), (11, 0.9), (12, 0.2), (13, 0.9)];
+    let mut cloud = DraftCloud::new(&points, 1, 0, 3);
+    cloud.fallbacks = vec![(0, FallbackReason::Timeout)];
+    let (out, stats, pushed) = run_draft(&points, &mut cloud, 4, 100);
+    assert_eq!(out, vec![(10, TokenSource::Fallback), (11, TokenSource::Slm), (12, TokenSource::Cloud), (13, TokenSource::Slm)]);
+    assert_eq!(cloud.drafts.len(), 2);
+    assert!(cloud.drafts[1].1.is_empty(), "after a fallback the link counts as degraded: a plain escalation");
+    assert_eq!((stats.routing.fallback_timeout, stats.drafts.answered), (1, 0));
+    assert_eq!(pushed, vec![10, 11, 12]);
+}
+
+#[test]
+fn a_link_lost_mid_draft_falls_back_to_the_slm_and_drafts_again_once_answers_return() {
+    let points = [(10, 0.2), (11, 0.9), (12, 0.2), (13, 0.9), (14, 0.2), (15, 0.9)];
+    let mut cloud = DraftCloud::new(&points, 1, 0, 2);
+    cloud.fallbacks = vec![(0, FallbackReason::LinkDown)];
+    let (out, _, _) = run_draft(&points, &mut cloud, 6, 100);
+    let sources: Vec<TokenSource> = out.iter().map(|o| o.1).collect();
+    assert_eq!(sources[0], TokenSource::Fallback);
+    assert!(cloud.drafts[1].1.is_empty(), "no draft right after the link was lost");
+    assert!(!cloud.drafts.last().unwrap().1.is_empty(), "drafts again after an answer");
+    assert_eq!(out.iter().map(|o| o.0).collect::<Vec<_>>(), vec![10, 11, 12, 13, 14, 15], "the LLM agreed throughout");
+}
+
+#[test]
+fn a_cloud_without_drafts_gets_plain_escalations_and_the_same_tokens() {
+    // An older gateway, or --draft off: draft_limit 0.
+    let points = [(10, 0.2), (11, 0.9), (12, 0.2), (13, 0.9)];
+    let mut cloud = DraftCloud::new(&points, 1, 30, 0);
+    let (out, stats, _) = run_draft(&points, &mut cloud, 4, 100);
+    assert!(cloud.drafts.iter().all(|(_, d)| d.is_empty()));
+    assert_eq!(stats.drafts.answered, 0);
+    let mut plain = ScriptedCloud { answers: cloud.drafts.iter().map(|(c, _)| CloudAnswer::Token(cloud.llm(c))).collect(), ..Default::default() };
+    let mut slm = TraceSlm::new(trace(&points), 100, vec![0]);
+    let (reference, _) = run(&mut slm, &mut plain, 0.5, 4);
+    assert_eq!(out, reference);
+}
+
+mod draft_equivalence {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// Whatever the trace, the LLM's agreement, the fallbacks and the draft lengths the
+        /// adaptation chose, a loop that sends drafts commits exactly what a loop that asked
+        /// the LLM position by position about the same tokens commits.
+        #[test]
+        fn drafting_commits_what_asking_position_by_position_commits(
+            points in prop::collection::vec((prop_oneof![Just(0u32), 10u32..14], prop_oneof![Just(0.1f32), Just(0.9f32)]), 1..30),
+            seed in any::<u64>(),
+            disagree_pct in 0u64..60,
+            fallbacks in prop::collection::vec(0usize..12, 0..4),
+            limit in 0usize..6,
+            max in 1usize..30,
+            capacity in 4usize..36,
+        ) {
+            let mut cloud = DraftCloud::new(&points, seed, disagree_pct, limit);
+            cloud.fallbacks = fallbacks.iter().map(|&k| (k, FallbackReason::Timeout)).collect();
+            let (out, stats, pushed) = run_draft(&points, &mut cloud, max, capacity);
+            let lens: Vec<usize> = cloud.drafts.iter().map(|(_, d)| d.len()).collect();
+            for (ctx, d) in &cloud.drafts {
+                // A draft is the SLM's own tokens from the hard position on.
+                for (j, &t) in d.iter().enumerate() {
+                    prop_assert_eq!(t, points.get(ctx.len() - 3 + j).map_or(0, |p| p.0));
+                }
+                prop_assert!(d.len() <= limit);
+            }
+            let reference = position_by_position(&points, |c| llm_token(&points, seed, disagree_pct, c), |k| fallbacks.contains(&k), &lens, max, capacity);
+            prop_assert_eq!(&out, &reference);
+            let committed: Vec<u32> = out.iter().map(|o| o.0).collect();
+            prop_assert_eq!(&pushed[..], &committed[..pushed.len()], "the SLM holds a prefix of what was committed");
+            prop_assert!(committed.len() - pushed.len() <= 1);
+            prop_assert!(stats.drafts.tokens_accepted <= stats.drafts.tokens_sent);
+        }
+    }
+}

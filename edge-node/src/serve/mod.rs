@@ -135,6 +135,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             link,
             health,
             speculate: args.cloud.speculate,
+            draft: args.cloud.draft,
             presync: !args.cloud.no_presync,
             rate_mode: args.cloud.rate_control,
             carried: None,

@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 use super::logprobs::{self, TokenLogprob};
 use super::stop::{Released, StopMatcher};
 use edge_node::args::RateControlMode;
-use edge_node::decode::{decode, DecodeParams, DecodeStats, Emitted, FinishReason, NoCloud, OnnxSlm, RateControl, TokenSource};
+use edge_node::decode::{decode, DecodeParams, DecodeStats, DraftMode, Emitted, FinishReason, NoCloud, OnnxSlm, RateControl, TokenSource};
 use edge_node::link::{next_session_id, Link};
 use edge_node::link_cloud::LinkCloud;
 use edge_node::bundles::{bundle_routing, ActiveBundle, DeviceCounters, RoutingAsk};
@@ -122,6 +122,8 @@ pub struct Worker {
     pub health: LinkHealth,
     /// How far the SLM may decode ahead of an escalation in flight (`--speculate`).
     pub speculate: usize,
+    /// Whether escalations carry drafts (`--draft`).
+    pub draft: DraftMode,
     /// Whether a routed request's prompt is sent ahead of its first hard token (not
     /// `--no-presync`).
     pub presync: bool,
@@ -240,7 +242,7 @@ impl Worker {
             (mode, Some(link)) => {
                 let tau = if mode == Mode::Cloud { 1.0 } else { job_tau };
                 let health = std::mem::replace(&mut self.health, LinkHealth::new(Default::default(), Default::default()));
-                let mut cloud = LinkCloud::new(link, next_session_id(), WireSampling::from(job.sampling), health, self.presync).with_speculation(self.speculate);
+                let mut cloud = LinkCloud::new(link, next_session_id(), WireSampling::from(job.sampling), health, self.presync).with_speculation(self.speculate).with_draft(self.draft);
                 let rate_control = if mode == Mode::Cloud { None } else { self.rate_mode.session(job_rate_control, self.carried) };
                 let params = DecodeParams { max_new_tokens: job.max_tokens, tau, rate_control };
                 let r = decode(&mut slm, router, &mut cloud, &job.prompt, params, |e| emitter.on_token(e)).await;

@@ -190,6 +190,6 @@ impl cloud_gateway::batcher::backend::Backend for HashBackend {
     fn next_tokens(&mut self, batch: &[cloud_gateway::batcher::backend::LlmRequest]) -> Vec<Result<cloud_gateway::batcher::backend::LlmToken, cloud_gateway::batcher::backend::LlmError>> {
         std::thread::sleep(self.cost);
         self.answered.fetch_add(batch.len(), std::sync::atomic::Ordering::Relaxed);
-        batch.iter().map(|r| Ok(cloud_gateway::batcher::backend::LlmToken { token_id: Self::token(&r.context, self.facts.vocab_size), logprob: -1.0 })).collect()
+        batch.iter().map(|r| Ok(cloud_gateway::batcher::backend::LlmToken { token_id: Self::token(&r.context, self.facts.vocab_size), logprob: -1.0, accepted: 0 })).collect()
     }
 }

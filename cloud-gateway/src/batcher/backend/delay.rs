@@ -93,7 +93,7 @@ mod tests {
             ModelFacts { llm_id: "echo".into(), tokenizer_fingerprint: String::new(), vocab_size: 10, max_context: 100 }
         }
         fn next_tokens(&mut self, batch: &[LlmRequest]) -> Vec<Result<LlmToken, LlmError>> {
-            batch.iter().map(|_| Ok(LlmToken { token_id: 1, logprob: 0.0 })).collect()
+            batch.iter().map(|_| Ok(LlmToken { token_id: 1, logprob: 0.0, accepted: 0 })).collect()
         }
     }
 

@@ -5,6 +5,12 @@
 //! escalation, so the work per escalation is a short prefill of that delta (see
 //! docs/ARCHITECTURE.md).
 //! Caches start small and grow, so memory follows the contexts actually seen.
+//!
+//! A request with a draft (protocol v5) runs its delta and its draft in the same batched pass,
+//! keeps the logits of every draft position, and accepts draft tokens while the token the LLM
+//! chooses there (greedy, or sampled in order with the request's seeded sampler) equals the
+//! draft's. The cache then holds the whole draft; the next request of the session keeps only
+//! what its context shares (`reusable_prefix`), which drops the rejected tail.
 
 use common::sampling::Sampler;
 use model_runtime::model_files::{ModelFiles, DEFAULT_LLM};
@@ -103,21 +109,106 @@ impl EmbeddedBackend {
         if let Some(bad) = ctx.iter().find(|&&t| t as usize >= vocab) {
             return Err(LlmError::InvalidToken(format!("token id {bad} is outside the vocabulary ({vocab})")));
         }
-        let i = self.slot(&req.session, ctx.len() + 1, protect_from).map_err(|e| LlmError::Failed(e.to_string()))?;
+        if let Some(bad) = req.draft.iter().find(|&&t| t as usize >= vocab) {
+            return Err(LlmError::InvalidToken(format!("draft token id {bad} is outside the vocabulary ({vocab})")));
+        }
+        if ctx.len() + req.draft.len() >= max {
+            return Err(LlmError::ContextTooLong { len: ctx.len() + req.draft.len(), max: Some(max - 1) });
+        }
+        let i = self.slot(&req.session, ctx.len() + req.draft.len() + 1, protect_from).map_err(|e| LlmError::Failed(e.to_string()))?;
         let cache = &mut self.sessions[i].cache;
         let keep = cache.reusable_prefix(ctx);
         cache.truncate(keep);
         Ok((i, ctx[keep..].to_vec()))
     }
 
-    fn sample(req: &LlmRequest, logits: &[f32]) -> Result<LlmToken, LlmError> {
+    /// The request's sampler: its settings, the seed mixed with the seq.
+    fn sampler(req: &LlmRequest) -> Result<Sampler, LlmError> {
         let mut params = req.sampling;
         if let Some(seed) = params.seed.as_mut() {
             *seed = seed.wrapping_add(req.seq as u64);
         }
-        let mut sampler = Sampler::new(params).map_err(|e| LlmError::Failed(e.to_string()))?;
-        let s = sampler.sample(logits).map_err(|e| LlmError::Failed(e.to_string()))?;
-        Ok(LlmToken { token_id: s.token, logprob: s.logprob })
+        Sampler::new(params).map_err(|e| LlmError::Failed(e.to_string()))
+    }
+
+    fn sample(req: &LlmRequest, logits: &[f32]) -> Result<LlmToken, LlmError> {
+        let s = Self::sampler(req)?.sample(logits).map_err(|e| LlmError::Failed(e.to_string()))?;
+        Ok(LlmToken { token_id: s.token, logprob: s.logprob, accepted: 0 })
+    }
+
+    /// Check `req`'s draft against `logits` (one per draft position and one after the draft).
+    fn verify(req: &LlmRequest, logits: &[Vec<f32>]) -> Result<LlmToken, LlmError> {
+        let mut sampler = Self::sampler(req)?;
+        verify_draft(&req.draft, logits.len(), |j| sampler.sample(&logits[j]).map(|s| (s.token, s.logprob)).map_err(|e| LlmError::Failed(e.to_string())))
+    }
+
+    /// A batch in which some request carries a draft: every row runs its delta and draft, the
+    /// rows' last tokens in one batched call, with the logits of each draft position kept.
+    fn next_tokens_drafted(&mut self, batch: &[LlmRequest]) -> Vec<Result<LlmToken, LlmError>> {
+        let protect_from = self.clock + 1;
+        let mut results: Vec<Option<Result<LlmToken, LlmError>>> = vec![None; batch.len()];
+        let mut rows: Vec<(usize, usize, Vec<u32>)> = Vec::new(); // (request, cache, delta + draft)
+        for (r, req) in batch.iter().enumerate() {
+            let prepared = self.prepare(req, protect_from).map(|(i, mut run)| {
+                run.extend_from_slice(&req.draft);
+                (i, run)
+            });
+            match prepared {
+                Ok((i, run)) if !rows.iter().any(|(_, j, _)| *j == i) => rows.push((r, i, run)),
+                Ok((i, run)) => results[r] = Some(self.run_tail(i, &run, req.draft.len() + 1).and_then(|l| Self::verify(req, &l))),
+                Err(e) => results[r] = Some(Err(e)),
+            }
+        }
+        if rows.len() > 1 {
+            let mut order: Vec<usize> = (0..rows.len()).collect();
+            order.sort_by_key(|&k| rows[k].1);
+            let mut caches: Vec<&mut KvCache> = Vec::with_capacity(rows.len());
+            let mut wanted = order.iter().map(|&k| rows[k].1).peekable();
+            for (idx, s) in self.sessions.iter_mut().enumerate() {
+                if wanted.peek() == Some(&idx) {
+                    caches.push(&mut s.cache);
+                    wanted.next();
+                }
+            }
+            let runs: Vec<&[u32]> = order.iter().map(|&k| rows[k].2.as_slice()).collect();
+            let tails: Vec<usize> = order.iter().map(|&k| batch[rows[k].0].draft.len() + 1).collect();
+            match self.lm.forward_batch_tail(&mut caches, &runs, &tails) {
+                Ok(outs) => {
+                    for (&k, logits) in order.iter().zip(outs) {
+                        let r = rows[k].0;
+                        results[r] = Some(Self::verify(&batch[r], &logits));
+                    }
+                    rows.clear();
+                }
+                Err(e) => {
+                    tracing::warn!("batched draft pass failed ({e}); retrying row by row");
+                    for (r, _, _) in std::mem::take(&mut rows) {
+                        let req = &batch[r];
+                        let outcome = self.prepare(req, protect_from).and_then(|(j, mut run)| {
+                            run.extend_from_slice(&req.draft);
+                            self.run_tail(j, &run, req.draft.len() + 1)
+                        });
+                        results[r] = Some(outcome.and_then(|l| Self::verify(req, &l)));
+                    }
+                }
+            }
+        }
+        for (r, i, run) in rows {
+            let req = &batch[r];
+            results[r] = Some(self.run_tail(i, &run, req.draft.len() + 1).and_then(|l| Self::verify(req, &l)));
+        }
+        results.into_iter().map(|o| o.unwrap_or_else(|| Err(LlmError::Failed("no result".into())))).collect()
+    }
+
+    /// [`Self::run_one`] keeping the logits of the last `k` positions.
+    fn run_tail(&mut self, i: usize, run: &[u32], k: usize) -> Result<Vec<Vec<f32>>, LlmError> {
+        self.lm.forward_tail(&mut self.sessions[i].cache, run, k).map_err(|e| {
+            self.sessions[i].cache.clear();
+            match e {
+                RuntimeError::TokenOutOfRange { .. } => LlmError::InvalidToken(e.to_string()),
+                other => LlmError::Failed(other.to_string()),
+            }
+        })
     }
 
     fn run_one(&mut self, i: usize, delta: &[u32]) -> Result<Vec<f32>, LlmError> {
@@ -143,6 +234,9 @@ impl Backend for EmbeddedBackend {
         ModelFacts::of_manifest(self.lm.manifest(), self.lm.max_context())
     }
     fn next_tokens(&mut self, batch: &[LlmRequest]) -> Vec<Result<LlmToken, LlmError>> {
+        if batch.iter().any(|r| !r.draft.is_empty()) {
+            return self.next_tokens_drafted(batch);
+        }
         let protect_from = self.clock + 1;
         let mut results: Vec<Option<Result<LlmToken, LlmError>>> = vec![None; batch.len()];
         let mut rows: Vec<(usize, usize, Vec<u32>)> = Vec::new(); // (request, cache, delta)
@@ -213,3 +307,46 @@ impl Backend for EmbeddedBackend {
     }
 }
 
+/// Greedy (or in-order sampled) draft acceptance, the one rule: `choose(j)` is the LLM's token
+/// (and its log-probability) at draft position `j` given the draft before it, for
+/// `j < positions` (the draft's length plus the position after it). Accept while it equals
+/// the draft's token; answer the first that differs, or the one after a fully accepted draft.
+pub(crate) fn verify_draft<E>(draft: &[u32], positions: usize, mut choose: impl FnMut(usize) -> Result<(u32, f32), E>) -> Result<LlmToken, E> {
+    let last = draft.len().min(positions.saturating_sub(1));
+    let mut j = 0;
+    loop {
+        let (token, logprob) = choose(j)?;
+        if j >= last || draft.get(j) != Some(&token) {
+            return Ok(LlmToken { token_id: token, logprob, accepted: j as u32 });
+        }
+        j += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::verify_draft;
+
+    fn run(draft: &[u32], llm: &[u32]) -> (u32, u32, Vec<usize>) {
+        let mut asked = Vec::new();
+        let t = verify_draft::<()>(draft, draft.len() + 1, |j| {
+            asked.push(j);
+            Ok((llm[j], -0.1))
+        })
+        .unwrap();
+        (t.accepted, t.token_id, asked)
+    }
+
+    #[test]
+    fn a_draft_is_accepted_while_the_llm_agrees_and_answered_at_the_first_difference() {
+        assert_eq!(run(&[5, 6, 7], &[5, 6, 7, 8]), (3, 8, vec![0, 1, 2, 3]), "all accepted: the bonus token");
+        assert_eq!(run(&[5, 6, 7], &[9, 6, 7, 8]), (0, 9, vec![0]), "rejected at once: the LLM's token there");
+        assert_eq!(run(&[5, 6, 7], &[5, 9, 7, 8]), (1, 9, vec![0, 1]), "rejected in the middle");
+    }
+
+    #[test]
+    fn fewer_logits_than_the_draft_needs_answer_at_the_last_position_given() {
+        let t = verify_draft::<()>(&[5, 6, 7], 2, |j| Ok(([5, 6][j], 0.0))).unwrap();
+        assert_eq!((t.accepted, t.token_id), (1, 6));
+    }
+}

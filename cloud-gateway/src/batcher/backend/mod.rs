@@ -35,7 +35,7 @@ pub trait Backend: Send + 'static {
     /// reuses a session's prefix); a backend that sizes its state by the context overrides it.
     fn prefill(&mut self, request: &LlmRequest, upto: usize) -> Result<(), LlmError> {
         let upto = upto.min(request.context.len());
-        let prefix = LlmRequest { context: Arc::from(&request.context[..upto]), ..request.clone() };
+        let prefix = LlmRequest { context: Arc::from(&request.context[..upto]), draft: Arc::from([]), ..request.clone() };
         match self.next_tokens(std::slice::from_ref(&prefix)).pop() {
             Some(r) => r.map(|_| ()),
             None => Err(LlmError::Failed("backend returned no result".into())),

@@ -78,7 +78,7 @@ async fn run(pool: Arc<EnginePool>, request: LlmRequest, deadline: Instant, mut 
             // Dialects always ask for the log-probability; an engine that omits it reads as 0
             // (the protocol refuses NaN).
             let first = answer.tokens[0];
-            let token = LlmToken { token_id: first.id, logprob: first.logprob.unwrap_or(0.0) };
+            let token = LlmToken { token_id: first.id, logprob: first.logprob.unwrap_or(0.0), accepted: 0 };
             Outcome::Token { token, llm_ms: started.elapsed().as_millis().min(u128::from(u32::MAX)) as u32 }
         }
         Err(PoolError::DeadlineExpired(_)) => Outcome::Expired,
@@ -121,7 +121,7 @@ mod tests {
         let client = EngineClient::new(&spec, Arc::new(LlamaCppDialect)).unwrap();
         let pool = EngineDispatch(Arc::new(EnginePool::new(PoolConfig { engines: vec![spec], ..PoolConfig::default() }, vec![client], 1000)));
         let session = SessionKey { device: Arc::from("d"), session_id: 1 };
-        let request = LlmRequest { session, context: vec![7; 5000].into(), sampling: Default::default(), seq: 1 };
+        let request = LlmRequest { session, context: vec![7; 5000].into(), sampling: Default::default(), seq: 1, draft: Default::default() };
         let now = Instant::now();
         let rx = pool.try_submit(request, now + std::time::Duration::from_secs(5), now).unwrap();
         let wire = rx.await.unwrap().to_wire();
