@@ -31,6 +31,8 @@ use serde_json::json;
 
 use crate::stats::percentile;
 
+mod flood;
+
 /// Options of `loadtest abuse`.
 #[derive(Debug, Args)]
 pub struct AbuseArgs {
@@ -53,7 +55,7 @@ pub struct AbuseArgs {
     #[arg(long, default_value_t = 1000)]
     pub probe_deadline_ms: u32,
     /// Only these scenarios (squat, session-flood, unfinished-streams, idle-flood, huge-full,
-    /// overload); default all.
+    /// overload, fair-flood: one device floods, 20 behave); default all.
     #[arg(long, value_delimiter = ',')]
     pub scenarios: Vec<String>,
     /// Extra flag for the gateway (repeatable), e.g. --gateway-arg=--max-sessions=100000.
@@ -404,7 +406,7 @@ async fn run_async(args: AbuseArgs) -> anyhow::Result<()> {
     let device = Client::new("127.0.0.2:0", gw.quic, &gw.cert, &fingerprint)?;
     let out = args.out.clone();
     let wanted = |name: &str| args.scenarios.is_empty() || args.scenarios.iter().any(|s| s == name);
-    let selected: Vec<&str> = ["squat", "session-flood", "unfinished-streams", "idle-flood", "huge-full", "overload"].into_iter().filter(|s| wanted(s)).collect();
+    let selected: Vec<&str> = ["squat", "session-flood", "unfinished-streams", "idle-flood", "huge-full", "overload", "fair-flood"].into_iter().filter(|s| wanted(s)).collect();
     let mut run = Run { baseline_mb: 0.0, gw, attacker, device, args, next_session: AtomicUsize::new(0) };
     let warm = run.probe().await;
     run.baseline_mb = run.gw.rss_mb();
@@ -424,6 +426,7 @@ async fn run_async(args: AbuseArgs) -> anyhow::Result<()> {
             "unfinished-streams" => unfinished_streams(&run).await,
             "idle-flood" => idle_flood(&run).await,
             "huge-full" => huge_full(&run).await,
+            "fair-flood" => flood::fair_flood(&run).await,
             _ => overload(&run).await,
         };
         let mut r = r.unwrap_or_else(|e| json!({ "error": format!("{e:#}") }));

@@ -24,7 +24,8 @@
 //! full but for each other device's only up to as much as its own device has admitted plus
 //! its own cost ([`fair_ahead`], fair queueing's bound), so a light device's escalation is
 //! admitted behind a flood that would refuse it oldest-first; and once the queue is half full,
-//! a device that holds its share of the places (`capacity / devices`) is refused `Busy` first
+//! a device that holds its share of the places (`capacity / devices`, and alone all but an
+//! eighth) is refused `Busy` first
 //! ([`over_share`]), so a flood cannot take the places a light device would need.
 //!
 //! [`not_ready`] is what `/readyz` says about the batcher: not ready while it has been
@@ -189,9 +190,7 @@ pub fn fair_ahead(all: Ahead, own_session: Ahead, device: DeviceWork, cost: usiz
 /// holding `all`: the queue is at least half full and the device holds `capacity / devices`
 /// places or more (counting itself among the devices).
 pub fn over_share(all: Ahead, device: DeviceWork, capacity: usize) -> bool {
-    let devices = device.others() + 1;
-    let share = (capacity / devices).max(1);
-    all.rows.saturating_mul(2) >= capacity && device.own.rows >= share
+    crate::dispatch::fair::over_share(device.own.rows, device.others(), all.rows, capacity)
 }
 
 /// How batches are cut, as far as the estimate needs it.
@@ -517,7 +516,7 @@ mod tests {
         assert_eq!((r.reason, r.warm_from), (BusyReason::Share, None));
         assert!(matches!(decide(&Snapshot { device: Some(light), ..s }), Decision::Admit { .. }), "a light device's share leaves room");
         assert!(!over_share(Ahead { rows: 100, ..all }, heavy, 256), "below half full, no device is over its share: work-conserving");
-        assert!(!over_share(all, DeviceWork { devices: 1, ..heavy }, 256), "alone, its share is every place");
+        assert!(!over_share(all, DeviceWork { devices: 1, ..heavy }, 256), "alone, its share is all but an eighth of the places");
     }
 
     #[test]

@@ -18,4 +18,4 @@ mod handle;
 mod ledger;
 mod queue;
 
-pub(crate) use actor::spawn_batcher_with;
+pub(crate) use actor::{count_served, spawn_batcher_with};

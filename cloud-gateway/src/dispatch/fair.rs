@@ -32,6 +32,18 @@ use std::time::Instant;
 /// backlogged minimum).
 pub const DEFAULT_MAX_DEVICES: usize = 4096;
 
+/// Whether a device holding `held` of a path's `capacity` places (queued or in flight), while
+/// `others` other devices hold some, is over its share: the path is at least half full
+/// (`in_use` places taken) and the device holds `capacity / (others + 1)` places or more, or,
+/// alone, all but an eighth (kept for a device that comes with one escalation: between two
+/// escalations a light device holds no place, and would find a flood's queue full). Its next
+/// escalation is refused first, so a flood cannot take the places a light device needs; below
+/// half full no one is refused for its share (work-conserving).
+pub fn over_share(held: usize, others: usize, in_use: usize, capacity: usize) -> bool {
+    let share = (capacity / (others + 1)).min(capacity - capacity / 8).max(1);
+    in_use.saturating_mul(2) >= capacity && held >= share
+}
+
 /// One device's counter.
 #[derive(Debug, Clone, Copy)]
 struct Device {
@@ -330,6 +342,16 @@ mod tests {
         assert!(fair.counter("device-9999").is_some(), "the most recent idle ones are kept");
         assert!(fair.counter("device-0").is_none(), "the least recent are forgotten");
         assert_eq!(fair.backlogged(), 1);
+    }
+
+    #[test]
+    fn a_device_is_over_its_share_only_while_the_path_is_contended() {
+        assert!(over_share(40, 9, 100, 128), "128 places, ten devices: a share is 12");
+        assert!(!over_share(11, 9, 100, 128), "under its share");
+        assert!(!over_share(60, 9, 63, 128), "below half full, work-conserving");
+        assert!(!over_share(100, 0, 100, 128), "alone, its share is all but an eighth...");
+        assert!(over_share(112, 0, 112, 128), "...kept for a device that comes");
+        assert!(!over_share(0, 0, 1, 1), "a path of one place takes one escalation");
     }
 
     #[test]

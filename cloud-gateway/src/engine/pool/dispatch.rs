@@ -1,6 +1,7 @@
 //! The engine pool as one of the gateway's two LLM paths: its side of the [`Dispatch`] seam.
 //!
-//! No queue: an escalation is refused `Busy` at once when no worker has room, and otherwise
+//! No queue: an escalation is refused `Busy` at once when no worker has room, or when its
+//! device holds its fair share of a pool at least half full (`super::share`), and otherwise
 //! becomes one request on the pool ([`EnginePool::next_token`]) on a task of its own, dropped
 //! mid-request as soon as the device stops waiting. Failures are told to the device in the
 //! contract's terms: an engine that refuses a context as too long says so with the context's
@@ -28,13 +29,24 @@ impl Dispatch for EngineDispatch {
         if !pool.has_room(now) {
             return Err(Busy { retry_after_ms: pool.service_ms().max(5), reason: BusyReason::Capacity });
         }
+        let Some(share) = pool.take_share(&request.session.device) else {
+            return Err(Busy { retry_after_ms: pool.service_ms().max(5), reason: BusyReason::Share });
+        };
         let (tx, rx) = oneshot::channel();
         // Under the escalation's span; none outside one (a span would start a trace).
         let span = match tracing::Span::current().is_disabled() {
             true => tracing::Span::none(),
             false => tracing::info_span!(target: TRACE_TARGET, "backend", backend = "engines", outcome = tracing::field::Empty),
         };
-        tokio::spawn(run(pool.clone(), request, deadline, tx).instrument(span));
+        // The device's place is held until the request ends, however it ends.
+        let pool = Arc::clone(pool);
+        tokio::spawn(
+            async move {
+                run(pool, request, deadline, tx).await;
+                drop(share);
+            }
+            .instrument(span),
+        );
         Ok(rx)
     }
 

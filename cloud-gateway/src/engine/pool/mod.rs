@@ -27,6 +27,7 @@ pub mod dispatch;
 pub mod health;
 pub mod membership;
 pub mod pick;
+pub mod share;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -39,6 +40,7 @@ use tokio::task::JoinHandle;
 use self::breaker::{BreakerConfig, BreakerState, CircuitBreaker, Transition};
 use self::health::{HealthConfig, HealthTracker};
 use self::pick::{choose, rendezvous_order, Candidate, PickPolicy};
+use self::share::{DeviceSlot, DeviceSlots};
 use super::client::EngineClient;
 use super::{EngineError, EngineReply, EngineSpec, NextTokenRequest};
 use crate::dispatch::LlmRequest;
@@ -68,6 +70,9 @@ pub struct PoolConfig {
     pub resolve_interval: Duration,
     /// How long an address whose start-up check failed stays out before it is checked again.
     pub refused_retry: Duration,
+    /// Share the places fairly between devices: once half are taken, a device holding its
+    /// share is refused first ([`share`]); the gateway's `[overload] fair-share` sets it.
+    pub fair_share: bool,
 }
 
 impl Default for PoolConfig {
@@ -84,6 +89,7 @@ impl Default for PoolConfig {
             health: HealthConfig::default(),
             resolve_interval: Duration::from_secs(5),
             refused_retry: Duration::from_secs(30),
+            fair_share: true,
         }
     }
 }
@@ -292,6 +298,8 @@ pub struct EnginePool {
     /// The task that keeps membership up to date (discovered engines, late workers), if any:
     /// stopped with the pool.
     discovery: Option<tokio::task::AbortHandle>,
+    /// Requests in flight per device, for fair shares of the places.
+    slots: Arc<DeviceSlots>,
 }
 
 impl Drop for EnginePool {
@@ -310,7 +318,7 @@ impl EnginePool {
         for (rank, client) in clients.into_iter().enumerate() {
             members.add(client, rank);
         }
-        Self { members, config, round_robin: AtomicU64::new(0), service_ms: AtomicU32::new(0), vocab_size, discovery: None }
+        Self { members, config, round_robin: AtomicU64::new(0), service_ms: AtomicU32::new(0), vocab_size, discovery: None, slots: Arc::default() }
     }
 
     /// A pool starting with the one worker `client` (of the engine at position `rank` of
@@ -381,6 +389,17 @@ impl EnginePool {
     /// answers `Busy` instead of queueing.
     pub fn has_room(&self, now: Instant) -> bool {
         self.members.snapshot().iter().any(|w| w.in_flight() < self.config.max_in_flight_per_worker && w.is_available(now))
+    }
+
+    /// A place for one request of `device`, counted until dropped; `None` when fair sharing is
+    /// on and the device is over its share of a contended pool ([`share`]).
+    pub fn take_share(&self, device: &Arc<str>) -> Option<Option<DeviceSlot>> {
+        if !self.config.fair_share {
+            return Some(None);
+        }
+        let slot = self.slots.try_take(device, self.in_flight(), self.capacity());
+        metrics::gauge!("duet_gateway_fair_backlogged_devices").set(self.slots.devices() as f64);
+        slot.map(Some)
     }
 
     /// Whether any worker is available at all (readiness).
@@ -487,6 +506,8 @@ impl EnginePool {
         if let Some(cached) = reply.cached_tokens {
             metrics::counter!("duet_gateway_engine_cached_tokens_total", "worker" => label).increment(u64::from(cached));
         }
+        let prefilled = reply.prompt_tokens.map_or(0, |p| p.saturating_sub(reply.cached_tokens.unwrap_or(0)));
+        crate::batcher::count_served(prefilled as usize, reply.tokens.len());
         let ms = seconds * 1e3;
         let prev = f64::from(self.service_ms.load(Ordering::Relaxed));
         let ewma = if prev == 0.0 { ms } else { 0.8 * prev + 0.2 * ms };

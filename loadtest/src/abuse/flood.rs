@@ -1,0 +1,267 @@
+//! The `fair-flood` scenario of `loadtest abuse`: one device floods, 20 behave.
+//!
+//! One device (one identity, one connection from the attacker's address) runs 40 sessions,
+//! each a 64-token `Full` then 16-token deltas, as fast as answers come (after `Busy` it waits
+//! at most 100 ms, not the hint). Twenty well-behaved devices (from the probe's address), one
+//! session each, send a 32-token `Full` then 5-token deltas, one at a time, 500 ms apart
+//! (after `Busy`, the hint, 50 ms to 2 s, as the edge does), starting 50 ms apart (twenty
+//! 32-token `Full`s at once are over a second of prefill at the simulated cost by themselves).
+//! After `Busy` or `Expired` a device sends a delta (the gateway applied its sync), after a
+//! failure a `Full`. The flood starts 1 s before them and lasts until they stop.
+//!
+//! While both run, each device's LLM tokens are counted from what it sees: an answered
+//! escalation is served the tokens its context grew by since the device's previous escalation
+//! (a `Full` sent again after a failure: all of it) plus the one generated; every escalation
+//! sent is offered the same. A device's fair share
+//! is max-min fair (water-filling) over the tokens all devices were served: a device that asks
+//! for less than an equal split is owed all it asked for, the rest is split among the others.
+//! The report gives each well-behaved device's served / fair share (the claim: at least 0.9),
+//! the flood's share of all tokens, and what was lost (no answer, or an answer that is not a
+//! token, `Busy` or `Expired`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::protocol::{ContextSync, Frame, TokenIds};
+use serde::Serialize;
+use serde_json::json;
+
+use super::{classify, escalate, http_get, metric, request, Answer, Run, Tally};
+
+/// Well-behaved devices.
+const BEHAVED: usize = 20;
+/// The flooding device's sessions.
+const FLOOD_SESSIONS: u64 = 40;
+/// A well-behaved device's pause between escalations.
+const THINK: Duration = Duration::from_millis(500);
+/// The flood's head start.
+const HEAD_START: Duration = Duration::from_secs(1);
+
+/// One device's shape of traffic.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    /// Tokens of the first `Full`.
+    first: usize,
+    /// Tokens each later escalation adds.
+    delta: usize,
+    /// Deadline per escalation, ms.
+    deadline_ms: u32,
+    /// Whether it honours `Busy`'s hint (else it waits at most 100 ms).
+    honours_busy: bool,
+    /// Pause after an answer other than `Busy`.
+    think: Duration,
+}
+
+/// What one session saw.
+#[derive(Debug, Default, Clone, Serialize)]
+struct Seen {
+    offered_tokens: u64,
+    served_tokens: u64,
+    answers: Tally,
+}
+
+/// One session escalating with `shape` until `stop_at`; tokens count only between `from` and
+/// `stop_at` (answers to escalations sent in that window).
+async fn session(conn: quinn::Connection, session_id: u64, salt: u32, shape: Shape, from: Instant, stop_at: Instant, flood_served: Option<Arc<AtomicU64>>) -> Seen {
+    let mut seen = Seen::default();
+    let mut held: Option<usize> = None;
+    let mut len = shape.first;
+    let mut sent_len = 0usize;
+    let mut seq = 0u32;
+    let token = |i: u32| 300 + (i * 13 + salt) % 4000;
+    while Instant::now() < stop_at {
+        if len > 3500 {
+            // A long conversation starts over (a new context) rather than reach the limit.
+            (len, held, sent_len) = (shape.first, None, 0);
+        }
+        let context = match held {
+            Some(h) => ContextSync::Delta { base_len: h as u32, tokens: TokenIds((h as u32..len as u32).map(token).collect()) },
+            None => ContextSync::Full { tokens: TokenIds((0..len as u32).map(token).collect()) },
+        };
+        let tokens = (len - sent_len.min(len)) as u64 + 1;
+        sent_len = len;
+        let counted = Instant::now() >= from;
+        let t = Instant::now();
+        let reply = request(&conn, &escalate(session_id, seq, context, shape.deadline_ms), Duration::from_millis(u64::from(shape.deadline_ms) + 10_000)).await;
+        seq += 1;
+        let answer = classify(&reply);
+        if counted {
+            seen.offered_tokens += tokens;
+            seen.answers.add(answer, t.elapsed(), shape.deadline_ms);
+            if answer == Answer::Token {
+                seen.served_tokens += tokens;
+                if let Some(f) = &flood_served {
+                    f.fetch_add(tokens, Ordering::Relaxed);
+                }
+            }
+        }
+        held = matches!(answer, Answer::Token | Answer::Busy | Answer::Expired).then_some(len);
+        if held.is_none() {
+            sent_len = 0;
+        }
+        len += shape.delta;
+        let pause = match reply {
+            Ok(Frame::Busy { retry_after_ms, .. }) if shape.honours_busy => Duration::from_millis(u64::from(retry_after_ms).clamp(50, 2000)),
+            Ok(Frame::Busy { retry_after_ms, .. }) => Duration::from_millis(u64::from(retry_after_ms).min(100)),
+            _ => shape.think,
+        };
+        tokio::time::sleep(pause).await;
+    }
+    seen
+}
+
+/// Max-min fair shares of `capacity` tokens among devices asking for `demands`.
+fn water_fill(demands: &[u64], capacity: u64) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..demands.len()).collect();
+    order.sort_by_key(|&i| demands[i]);
+    let mut fair = vec![0.0; demands.len()];
+    let mut left = capacity as f64;
+    for (k, &i) in order.iter().enumerate() {
+        let level = left / (order.len() - k) as f64;
+        fair[i] = (demands[i] as f64).min(level);
+        left -= fair[i];
+    }
+    fair
+}
+
+/// One well-behaved device's result.
+#[derive(Debug, Serialize)]
+struct Behaved {
+    device: String,
+    offered_tokens: u64,
+    served_tokens: u64,
+    fair_share_tokens: f64,
+    of_fair_share: f64,
+    answers: Tally,
+}
+
+/// Run the scenario.
+pub(super) async fn fair_flood(run: &Run) -> anyhow::Result<serde_json::Value> {
+    let deadline_ms = run.args.probe_deadline_ms;
+    let secs = run.args.scenario_secs;
+    let refused = |reason: &'static str| async move { labelled(run.gw.http, "duet_gateway_admission_refused_total", reason).await };
+    let (share_before, cost_before, capacity_before) = (refused("share").await, refused("cost").await, refused("capacity").await);
+    let start = Instant::now();
+    let from = start + HEAD_START;
+    let stop_at = from + Duration::from_secs(secs);
+    // The flood: one device, one connection, many sessions.
+    let flood_conn = run.attacker.connect("flood-device").await?;
+    let flood_shape = Shape { first: 64, delta: 16, deadline_ms, honours_busy: false, think: Duration::from_millis(5) };
+    let flood_served = Arc::new(AtomicU64::new(0));
+    let mut flood = Vec::new();
+    for s in 0..FLOOD_SESSIONS {
+        flood.push(tokio::spawn(session(flood_conn.clone(), s + 1, s as u32, flood_shape, from, stop_at, Some(flood_served.clone()))));
+    }
+    tokio::time::sleep(HEAD_START).await;
+    // The well-behaved devices.
+    let behaved_shape = Shape { first: 32, delta: 5, deadline_ms, honours_busy: true, think: THINK };
+    let mut behaved = Vec::new();
+    let mut conns = Vec::new();
+    for d in 0..BEHAVED {
+        let conn = run.device.connect(&format!("behaved-{d}")).await?;
+        conns.push(conn.clone());
+        let start_at = tokio::time::Instant::now() + Duration::from_millis(50 * d as u64);
+        behaved.push(tokio::spawn(async move {
+            tokio::time::sleep_until(start_at).await;
+            session(conn, 1, 1000 + d as u32, behaved_shape, from, stop_at, None).await
+        }));
+    }
+    // The fair queue's devices while both run.
+    let backlogged = Arc::new(Mutex::new(Vec::<f64>::new()));
+    while Instant::now() < stop_at {
+        let b = metric(run.gw.http, "duet_gateway_fair_backlogged_devices").await;
+        backlogged.lock().unwrap_or_else(|p| p.into_inner()).push(b);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let mut flood_seen = Seen::default();
+    for t in flood {
+        let s = t.await?;
+        flood_seen.offered_tokens += s.offered_tokens;
+        flood_seen.served_tokens += s.served_tokens;
+        merge(&mut flood_seen.answers, &s.answers);
+    }
+    let mut seen = Vec::new();
+    for t in behaved {
+        seen.push(t.await?);
+    }
+    flood_conn.close(0u32.into(), b"done");
+    for c in &conns {
+        c.close(0u32.into(), b"done");
+    }
+    // Fair shares over everything served while both ran.
+    let mut demands: Vec<u64> = seen.iter().map(|s| s.offered_tokens).collect();
+    demands.push(flood_seen.offered_tokens);
+    let total: u64 = seen.iter().map(|s| s.served_tokens).sum::<u64>() + flood_seen.served_tokens;
+    let fair = water_fill(&demands, total);
+    let devices: Vec<Behaved> = seen
+        .iter()
+        .enumerate()
+        .map(|(d, s)| Behaved {
+            device: format!("behaved-{d}"),
+            offered_tokens: s.offered_tokens,
+            served_tokens: s.served_tokens,
+            fair_share_tokens: fair[d],
+            of_fair_share: if fair[d] > 0.0 { s.served_tokens as f64 / fair[d] } else { 1.0 },
+            answers: s.answers.clone(),
+        })
+        .collect();
+    let ratios: Vec<f64> = devices.iter().map(|d| d.of_fair_share).collect();
+    let min_ratio = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let lost: usize = seen.iter().chain(std::iter::once(&flood_seen)).map(|s| s.answers.no_answer + s.answers.other_error).sum();
+    let backlogged = backlogged.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let after = run.after(0.0, None, Duration::from_secs(20)).await;
+    let ready = http_get(run.gw.http, "/readyz").await.map(|(s, _)| s == 200).unwrap_or(false);
+    Ok(json!({
+        "behaved_devices": BEHAVED, "flood_sessions": FLOOD_SESSIONS, "secs": secs,
+        "tokens_served": total,
+        "flood": { "offered_tokens": flood_seen.offered_tokens, "served_tokens": flood_seen.served_tokens,
+            "share_of_tokens": flood_seen.served_tokens as f64 / total.max(1) as f64, "fair_share_tokens": fair[BEHAVED], "answers": flood_seen.answers },
+        "behaved_share_of_tokens": (total - flood_seen.served_tokens) as f64 / total.max(1) as f64,
+        "behaved_of_fair_share_min": min_ratio,
+        "behaved_of_fair_share_median": median(&ratios),
+        "behaved_at_least_0_9": ratios.iter().filter(|&&r| r >= 0.9).count(),
+        "lost": lost,
+        "refused": { "share": refused("share").await - share_before, "cost": refused("cost").await - cost_before, "capacity": refused("capacity").await - capacity_before },
+        "fair_backlogged_devices_max": backlogged.iter().copied().fold(0.0, f64::max),
+        "ready_after": ready,
+        "devices": devices,
+        "after": after,
+    }))
+}
+
+fn merge(into: &mut Tally, t: &Tally) {
+    into.token += t.token;
+    into.busy += t.busy;
+    into.expired += t.expired;
+    into.other_error += t.other_error;
+    into.no_answer += t.no_answer;
+    into.late += t.late;
+    into.latest_after_deadline_ms = into.latest_after_deadline_ms.max(t.latest_after_deadline_ms);
+}
+
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// One labelled series of a counter from the gateway's `/metrics` (`reason="..."`).
+async fn labelled(http: std::net::SocketAddr, name: &str, reason: &str) -> f64 {
+    let (_, body) = http_get(http, "/metrics").await.unwrap_or((0, String::new()));
+    let needle = format!("reason=\"{reason}\"");
+    body.lines().filter(|l| l.starts_with(name) && l.contains(&needle)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::water_fill;
+
+    #[test]
+    fn a_device_asking_less_than_an_equal_split_is_owed_all_it_asked() {
+        let fair = water_fill(&[10, 10, 1000], 120);
+        assert_eq!(fair, vec![10.0, 10.0, 100.0]);
+        let fair = water_fill(&[100, 100], 100);
+        assert_eq!(fair, vec![50.0, 50.0]);
+    }
+}
