@@ -146,8 +146,10 @@ fn slow_backend_falls_back_within_the_deadline() {
     assert_eq!(v["tokens"], 40);
     assert_eq!(v["cloud_tokens"], 0, "{v}");
     // Either the deadline passes, or the gateway, knowing its backend takes 3 s, answers Busy
-    // at once (and the device then stays local-only for the Busy's retry_after).
-    let refused = v["fallback_timeout"].as_u64().unwrap() + v["fallback_busy"].as_u64().unwrap();
+    // at once (and the device then stays local-only for the Busy's retry_after), or it drops
+    // the queued escalation at its deadline and says so (`DeadlineExpired`, counted as an
+    // error), which on a loaded machine can reach the device before its own timer fires.
+    let refused = ["fallback_timeout", "fallback_busy", "fallback_error"].iter().map(|k| v[*k].as_u64().unwrap()).sum::<u64>();
     assert!(refused >= 1, "{v}");
     assert_eq!(v["fallbacks"], 40, "{v}");
     assert!(v["token_latency_ms_p99"].as_f64().unwrap() < 600.0, "{v}");
