@@ -54,19 +54,7 @@ impl CausalLm {
         if caches.len() == 1 {
             return Ok(vec![self.forward(caches[0], tokens[0])?]);
         }
-        let m = self.manifest().clone();
-        for (r, t) in tokens.iter().enumerate() {
-            if t.is_empty() {
-                return Err(RuntimeError::EmptyInput);
-            }
-            if let Some(&bad) = t.iter().find(|&&x| x as usize >= m.vocab_size) {
-                return Err(RuntimeError::TokenOutOfRange { token: bad, vocab_size: m.vocab_size });
-            }
-            let total = caches[r].len() + t.len();
-            if total > caches[r].capacity() {
-                return Err(RuntimeError::ContextFull { needed: total, capacity: caches[r].capacity() });
-            }
-        }
+        self.check_rows(caches, tokens)?;
         let mut last = Vec::with_capacity(tokens.len());
         for (r, t) in tokens.iter().enumerate() {
             let (prefix, tail) = t.split_at(t.len() - 1);
@@ -77,6 +65,25 @@ impl CausalLm {
         }
         let rows: Vec<usize> = (0..caches.len()).collect();
         self.run_padded(caches, &last, &rows, 1)
+    }
+
+    /// Every row's tokens non-empty, in the vocabulary and within its cache: checked before any
+    /// row runs, so a bad row fails the batch without touching a cache.
+    fn check_rows(&self, caches: &[&mut KvCache], tokens: &[&[u32]]) -> Result<(), RuntimeError> {
+        let vocab_size = self.manifest().vocab_size;
+        for (cache, t) in caches.iter().zip(tokens) {
+            if t.is_empty() {
+                return Err(RuntimeError::EmptyInput);
+            }
+            if let Some(&bad) = t.iter().find(|&&x| x as usize >= vocab_size) {
+                return Err(RuntimeError::TokenOutOfRange { token: bad, vocab_size });
+            }
+            let total = cache.len() + t.len();
+            if total > cache.capacity() {
+                return Err(RuntimeError::ContextFull { needed: total, capacity: cache.capacity() });
+            }
+        }
+        Ok(())
     }
 
     /// [`CausalLm::forward_batch`] returning, for each row, the logits of its last `tails[r]`
@@ -91,19 +98,7 @@ impl CausalLm {
         if caches.len() == 1 {
             return Ok(vec![self.forward_tail(caches[0], tokens[0], tails[0])?]);
         }
-        let m = self.manifest().clone();
-        for (r, t) in tokens.iter().enumerate() {
-            if t.is_empty() {
-                return Err(RuntimeError::EmptyInput);
-            }
-            if let Some(&bad) = t.iter().find(|&&x| x as usize >= m.vocab_size) {
-                return Err(RuntimeError::TokenOutOfRange { token: bad, vocab_size: m.vocab_size });
-            }
-            let total = caches[r].len() + t.len();
-            if total > caches[r].capacity() {
-                return Err(RuntimeError::ContextFull { needed: total, capacity: caches[r].capacity() });
-            }
-        }
+        self.check_rows(caches, tokens)?;
         let mut heads: Vec<Vec<Vec<f32>>> = Vec::with_capacity(tokens.len());
         let mut last = Vec::with_capacity(tokens.len());
         for (r, t) in tokens.iter().enumerate() {

@@ -244,13 +244,9 @@ impl CausalLm {
         Ok(out)
     }
 
-    /// Append `tokens` to the cached context and return the logits of its last `k` positions
-    /// (`1..=tokens.len()`), in order: what checking a draft needs (the logits after each
-    /// draft token), where [`CausalLm::forward`] keeps only the last. One pass when the graph
-    /// emits every position's logits; otherwise the last `k - 1` tokens are stepped one by one.
-    /// On error the cache may hold a prefix of `tokens` (its token list matches its keys).
-    pub fn forward_tail(&mut self, cache: &mut KvCache, tokens: &[u32], k: usize) -> Result<Vec<Vec<f32>>, RuntimeError> {
-        let k = k.clamp(1, tokens.len().max(1));
+    /// Check `tokens` against the vocabulary and the cache's room, and bind them (ids, mask,
+    /// positions) as the next step's inputs: what every single-sequence step starts with.
+    fn bind_inputs(&self, cache: &mut KvCache, tokens: &[u32]) -> Result<(), RuntimeError> {
         let m = &self.files.manifest;
         if tokens.is_empty() {
             return Err(RuntimeError::EmptyInput);
@@ -272,6 +268,18 @@ impl CausalLm {
             let pos = Tensor::from_array(([1usize, n], (past as i64..total as i64).collect::<Vec<_>>())).map_err(ort_err("position_ids"))?;
             cache.binding.bind_input("position_ids", &pos).map_err(ort_err("binding position_ids"))?;
         }
+        Ok(())
+    }
+
+    /// Append `tokens` to the cached context and return the logits of its last `k` positions
+    /// (`1..=tokens.len()`), in order: what checking a draft needs (the logits after each
+    /// draft token), where [`CausalLm::forward`] keeps only the last. One pass when the graph
+    /// emits every position's logits; otherwise the last `k - 1` tokens are stepped one by one.
+    /// On error the cache may hold a prefix of `tokens` (its token list matches its keys).
+    pub fn forward_tail(&mut self, cache: &mut KvCache, tokens: &[u32], k: usize) -> Result<Vec<Vec<f32>>, RuntimeError> {
+        let k = k.clamp(1, tokens.len().max(1));
+        self.bind_inputs(cache, tokens)?;
+        let n = tokens.len();
         cache.binding.bind_output_to_device("logits", &self.cpu).map_err(ort_err("binding logits"))?;
         cache.binding.bind_output_to_device("hidden_states", &self.cpu).map_err(ort_err("binding hidden states"))?;
         let outputs = self.session.run_binding(&cache.binding).map_err(ort_err("running the model"))?;
@@ -302,27 +310,7 @@ impl CausalLm {
 
     /// [`CausalLm::forward`] into reusable buffers (no allocation per step once they are sized).
     pub fn forward_into(&mut self, cache: &mut KvCache, tokens: &[u32], out: &mut StepOutput) -> Result<(), RuntimeError> {
-        let m = &self.files.manifest;
-        if tokens.is_empty() {
-            return Err(RuntimeError::EmptyInput);
-        }
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= m.vocab_size) {
-            return Err(RuntimeError::TokenOutOfRange { token: bad, vocab_size: m.vocab_size });
-        }
-        let past = cache.tokens.len();
-        let total = past + tokens.len();
-        if total > cache.capacity {
-            return Err(RuntimeError::ContextFull { needed: total, capacity: cache.capacity });
-        }
-        let n = tokens.len();
-        let ids = Tensor::from_array(([1usize, n], tokens.iter().map(|&t| t as i64).collect::<Vec<_>>())).map_err(ort_err("input_ids"))?;
-        let mask = Tensor::from_array(([1usize, total], vec![1i64; total])).map_err(ort_err("attention_mask"))?;
-        cache.binding.bind_input("input_ids", &ids).map_err(ort_err("binding input_ids"))?;
-        cache.binding.bind_input("attention_mask", &mask).map_err(ort_err("binding attention_mask"))?;
-        if self.has_position_ids {
-            let pos = Tensor::from_array(([1usize, n], (past as i64..total as i64).collect::<Vec<_>>())).map_err(ort_err("position_ids"))?;
-            cache.binding.bind_input("position_ids", &pos).map_err(ort_err("binding position_ids"))?;
-        }
+        self.bind_inputs(cache, tokens)?;
         // Output shapes change with the number of input tokens, so ORT allocates them per run;
         // re-binding drops the previous run's buffers (a bound buffer would be reused as is).
         cache.binding.bind_output_to_device("logits", &self.cpu).map_err(ort_err("binding logits"))?;

@@ -162,14 +162,7 @@ impl EmbeddedBackend {
         if rows.len() > 1 {
             let mut order: Vec<usize> = (0..rows.len()).collect();
             order.sort_by_key(|&k| rows[k].1);
-            let mut caches: Vec<&mut KvCache> = Vec::with_capacity(rows.len());
-            let mut wanted = order.iter().map(|&k| rows[k].1).peekable();
-            for (idx, s) in self.sessions.iter_mut().enumerate() {
-                if wanted.peek() == Some(&idx) {
-                    caches.push(&mut s.cache);
-                    wanted.next();
-                }
-            }
+            let mut caches = caches_in_order(&mut self.sessions, order.iter().map(|&k| rows[k].1));
             let runs: Vec<&[u32]> = order.iter().map(|&k| rows[k].2.as_slice()).collect();
             let tails: Vec<usize> = order.iter().map(|&k| batch[rows[k].0].draft.len() + 1).collect();
             match self.lm.forward_batch_tail(&mut caches, &runs, &tails) {
@@ -253,14 +246,7 @@ impl Backend for EmbeddedBackend {
         if rows.len() > 1 {
             let mut order: Vec<usize> = (0..rows.len()).collect();
             order.sort_by_key(|&k| rows[k].1);
-            let mut caches: Vec<&mut KvCache> = Vec::with_capacity(rows.len());
-            let mut wanted = order.iter().map(|&k| rows[k].1).peekable();
-            for (idx, s) in self.sessions.iter_mut().enumerate() {
-                if wanted.peek() == Some(&idx) {
-                    caches.push(&mut s.cache);
-                    wanted.next();
-                }
-            }
+            let mut caches = caches_in_order(&mut self.sessions, order.iter().map(|&k| rows[k].1));
             let deltas: Vec<&[u32]> = order.iter().map(|&k| rows[k].2.as_slice()).collect();
             match self.lm.forward_batch(&mut caches, &deltas) {
                 Ok(outs) => {
@@ -323,6 +309,19 @@ pub(crate) fn verify_draft<E>(draft: &[u32], positions: usize, mut choose: impl 
     }
 }
 
+/// The caches at `indices` (ascending, distinct), borrowed together for one batched pass.
+fn caches_in_order(sessions: &mut [CachedSession], indices: impl Iterator<Item = usize>) -> Vec<&mut KvCache> {
+    let mut wanted = indices.peekable();
+    let mut caches = Vec::new();
+    for (idx, s) in sessions.iter_mut().enumerate() {
+        if wanted.peek() == Some(&idx) {
+            caches.push(&mut s.cache);
+            wanted.next();
+        }
+    }
+    caches
+}
+
 #[cfg(test)]
 mod tests {
     use super::verify_draft;
@@ -350,3 +349,4 @@ mod tests {
         assert_eq!((t.accepted, t.token_id), (1, 6));
     }
 }
+
