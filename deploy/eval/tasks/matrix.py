@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """The task matrix of EVALUATION.md from `deploy/eval/mixed`'s results (standard library only).
 
-For each task, joins the run with the CommonsenseQA-only router (and every baseline) and the
-run with the mixed router by item id, renames their router runs `cqa-router@R` and
-`mixed-router@R`, and prints accuracy, share of tokens escalated and gap recovered with its
-paired bootstrap 95 % interval (items resampled, all runs kept together).
+For each task, joins the run with the CommonsenseQA-only router (and every baseline,
+`TASK-cqa-router/`) with every other router's run (`TASK-WHICH-router/`: `mixed`,
+`engine-taught`, ...) by item id, renames their router runs `cqa-router@R`, `WHICH-router@R`,
+and prints accuracy, share of tokens escalated and gap recovered with its paired bootstrap
+95 % interval (items resampled, all runs kept together).
 
     deploy/eval/tasks/matrix.py $DUET_HOME/eval/mixed cqa humaneval bigbench:date_understanding
 """
@@ -17,11 +18,26 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from table import gap_interval, load, summarise  # noqa: E402
 
 
+def router_runs(out, name):
+    """Every `{name}-{which}-router` run under `out` but the baseline one: `{which}` names the
+    router (mixed, engine-taught, ...), in a stable order."""
+    prefix, suffix = f"{name}-", "-router"
+    return sorted(
+        d[len(prefix):-len(suffix)]
+        for d in os.listdir(out)
+        if d.startswith(prefix) and d.endswith(suffix) and d != f"{name}-cqa-router"
+        and os.path.exists(os.path.join(out, d, "items.jsonl"))
+    )
+
+
+def by_id(path):
+    return {i["id"]: i for i in load(path)} if os.path.exists(path) else {}
+
+
 def joined(out, task):
     name = task.replace(":", "-").replace("/", "-")
-    base = {i["id"]: i for i in load(os.path.join(out, f"{name}-cqa-router", "items.jsonl"))} if os.path.exists(os.path.join(out, f"{name}-cqa-router", "items.jsonl")) else {}
-    mixed_path = os.path.join(out, f"{name}-mixed-router", "items.jsonl")
-    mixed = {i["id"]: i for i in load(mixed_path)} if os.path.exists(mixed_path) else {}
+    base = by_id(os.path.join(out, f"{name}-cqa-router", "items.jsonl"))
+    others = {w: by_id(os.path.join(out, f"{name}-{w}-router", "items.jsonl")) for w in router_runs(out, name)}
     items = []
     for id_, item in base.items():
         runs = []
@@ -29,9 +45,10 @@ def joined(out, task):
             if r["run"].startswith("router@"):
                 r = dict(r, run="cqa-router@" + r["run"].split("@", 1)[1])
             runs.append(r)
-        for r in mixed.get(id_, {}).get("runs", []):
-            if r["run"].startswith("router@"):
-                runs.append(dict(r, run="mixed-router@" + r["run"].split("@", 1)[1]))
+        for which, other in others.items():
+            for r in other.get(id_, {}).get("runs", []):
+                if r["run"].startswith("router@"):
+                    runs.append(dict(r, run=f"{which}-router@" + r["run"].split("@", 1)[1]))
         items.append({"id": id_, "runs": runs})
     # Paired comparisons need every run on every item: keep the items all runs reached (a run
     # still going, or resumed with fewer items, would otherwise be compared on other items).
