@@ -20,6 +20,7 @@
 //! current span, the connection's `gateway.escalation`.
 
 mod contract;
+pub mod draft;
 pub mod fair;
 mod pending;
 

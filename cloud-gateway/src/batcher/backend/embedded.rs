@@ -9,14 +9,16 @@
 //! A request with a draft (protocol v5) runs its delta and its draft in the same batched pass,
 //! keeps the logits of every draft position, and accepts draft tokens while the token the LLM
 //! chooses there (greedy, or sampled in order with the request's seeded sampler) equals the
-//! draft's. The cache then holds the whole draft; the next request of the session keeps only
-//! what its context shares (`reusable_prefix`), which drops the rejected tail.
+//! draft's ([`crate::dispatch::draft`], the rule every LLM path shares). The cache then holds
+//! the whole draft; the next request of the session keeps only what its context shares
+//! (`reusable_prefix`), which drops the rejected tail.
 
 use common::sampling::Sampler;
 use model_runtime::model_files::{ModelFiles, DEFAULT_LLM};
 use model_runtime::{CausalLm, KvCache, LmOptions, RuntimeError};
 
 use super::{Backend, LlmError, LlmRequest, LlmToken, ModelFacts};
+use crate::dispatch::draft::verify_draft;
 use crate::sessions::SessionKey;
 
 /// Settings of the embedded backend.
@@ -293,22 +295,6 @@ impl Backend for EmbeddedBackend {
     }
 }
 
-/// Greedy (or in-order sampled) draft acceptance, the one rule: `choose(j)` is the LLM's token
-/// (and its log-probability) at draft position `j` given the draft before it, for
-/// `j < positions` (the draft's length plus the position after it). Accept while it equals
-/// the draft's token; answer the first that differs, or the one after a fully accepted draft.
-pub(crate) fn verify_draft<E>(draft: &[u32], positions: usize, mut choose: impl FnMut(usize) -> Result<(u32, f32), E>) -> Result<LlmToken, E> {
-    let last = draft.len().min(positions.saturating_sub(1));
-    let mut j = 0;
-    loop {
-        let (token, logprob) = choose(j)?;
-        if j >= last || draft.get(j) != Some(&token) {
-            return Ok(LlmToken { token_id: token, logprob, accepted: j as u32 });
-        }
-        j += 1;
-    }
-}
-
 /// The caches at `indices` (ascending, distinct), borrowed together for one batched pass.
 fn caches_in_order(sessions: &mut [CachedSession], indices: impl Iterator<Item = usize>) -> Vec<&mut KvCache> {
     let mut wanted = indices.peekable();
@@ -321,32 +307,3 @@ fn caches_in_order(sessions: &mut [CachedSession], indices: impl Iterator<Item =
     }
     caches
 }
-
-#[cfg(test)]
-mod tests {
-    use super::verify_draft;
-
-    fn run(draft: &[u32], llm: &[u32]) -> (u32, u32, Vec<usize>) {
-        let mut asked = Vec::new();
-        let t = verify_draft::<()>(draft, draft.len() + 1, |j| {
-            asked.push(j);
-            Ok((llm[j], -0.1))
-        })
-        .unwrap();
-        (t.accepted, t.token_id, asked)
-    }
-
-    #[test]
-    fn a_draft_is_accepted_while_the_llm_agrees_and_answered_at_the_first_difference() {
-        assert_eq!(run(&[5, 6, 7], &[5, 6, 7, 8]), (3, 8, vec![0, 1, 2, 3]), "all accepted: the bonus token");
-        assert_eq!(run(&[5, 6, 7], &[9, 6, 7, 8]), (0, 9, vec![0]), "rejected at once: the LLM's token there");
-        assert_eq!(run(&[5, 6, 7], &[5, 9, 7, 8]), (1, 9, vec![0, 1]), "rejected in the middle");
-    }
-
-    #[test]
-    fn fewer_logits_than_the_draft_needs_answer_at_the_last_position_given() {
-        let t = verify_draft::<()>(&[5, 6, 7], 2, |j| Ok(([5, 6][j], 0.0))).unwrap();
-        assert_eq!((t.accepted, t.token_id), (1, 6));
-    }
-}
-
