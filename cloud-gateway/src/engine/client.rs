@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use super::{Dialect, EngineError, EngineModel, EngineReply, EngineSpec, HttpCall, NextTokenRequest, PromptChoice, PromptChoicesRequest};
+use super::{Dialect, DraftCheckRequest, EngineError, EngineModel, EngineReply, EngineSpec, HttpCall, NextTokenRequest, PromptChoice, PromptChoicesRequest};
 
 /// Largest engine response read, bytes: a one-token answer is a few hundred bytes, so anything
 /// near this is a broken engine, not an answer.
@@ -71,18 +71,30 @@ impl EngineClient {
 
     /// Ask for the next token(s), giving up after `timeout`.
     pub async fn next_token(&self, request: &NextTokenRequest<'_>, timeout: Duration) -> Result<EngineReply, EngineError> {
+        self.reply_to(&self.dialect.next_token_call(request), timeout, MAX_RESPONSE_BYTES, |body| self.dialect.parse_next_token(body)).await
+    }
+
+    /// Check a greedy draft in one request, giving up after `timeout`: the LLM's choices from
+    /// the hard position on ([`Dialect::parse_draft_check`]), for [`EngineReply::verdict`]. Read
+    /// up to [`MAX_CHOICES_RESPONSE_BYTES`]: vLLM answers an entry per prompt token.
+    pub async fn check_draft(&self, request: &DraftCheckRequest<'_>, timeout: Duration) -> Result<EngineReply, EngineError> {
+        self.reply_to(&self.dialect.draft_check_call(request), timeout, MAX_CHOICES_RESPONSE_BYTES, |body| self.dialect.parse_draft_check(request, body)).await
+    }
+
+    /// Make an escalation's `call` as an `engine_request` span and read its answer with `parse`
+    /// (at least one token).
+    async fn reply_to(&self, call: &HttpCall, timeout: Duration, limit: usize, parse: impl FnOnce(&[u8]) -> Result<EngineReply, EngineError>) -> Result<EngineReply, EngineError> {
         // Under the pool's `backend` span; none outside one (the start-up checks).
         let span = match tracing::Span::current().is_disabled() {
             true => tracing::Span::none(),
             false => tracing::info_span!(target: common::telemetry::TRACE_TARGET, "engine_request", otel.kind = "client", worker = %self.label, status = tracing::field::Empty),
         };
         let traceparent = common::trace::traceparent_header(&span);
-        let result = self.call_traced(&self.dialect.next_token_call(request), timeout, traceparent).instrument(span.clone()).await;
+        let result = self.call_limited(call, timeout, traceparent, limit).instrument(span.clone()).await;
         if !span.is_disabled() {
             span.record("status", result.as_ref().map_or_else(EngineError::label, |_| "ok"));
         }
-        let body = result?;
-        let reply = self.dialect.parse_next_token(&body)?;
+        let reply = parse(&result?)?;
         if reply.tokens.is_empty() {
             return Err(EngineError::BadResponse("no generated token".into()));
         }
@@ -124,15 +136,11 @@ impl EngineClient {
 
     /// Make one call and return the body of a 2xx answer; anything else is a typed error.
     pub async fn call(&self, call: &HttpCall, timeout: Duration) -> Result<Vec<u8>, EngineError> {
-        self.call_traced(call, timeout, None).await
+        self.call_limited(call, timeout, None, MAX_RESPONSE_BYTES).await
     }
 
-    /// [`Self::call`] with a W3C `traceparent` header when given.
-    async fn call_traced(&self, call: &HttpCall, timeout: Duration, traceparent: Option<String>) -> Result<Vec<u8>, EngineError> {
-        self.call_limited(call, timeout, traceparent, MAX_RESPONSE_BYTES).await
-    }
-
-    /// [`Self::call_traced`] reading at most `limit` bytes of the answer.
+    /// [`Self::call`] with a W3C `traceparent` header when given, reading at most `limit`
+    /// bytes of the answer.
     async fn call_limited(&self, call: &HttpCall, timeout: Duration, traceparent: Option<String>, limit: usize) -> Result<Vec<u8>, EngineError> {
         let url = format!("{}{}", self.base, call.path);
         let mut builder = match &call.body {

@@ -29,12 +29,27 @@
 //! the 1.5B Q4_K_M: one 119-token prefill against 5 cached + 114, a near-tie flipped), and
 //! reusing whatever prefix the previous sequence left would make a sequence's choices depend on
 //! which sequence came before it.
+//!
+//! Draft check ([`DraftCheckRequest`], a greedy escalation with a draft): with no prompt
+//! probabilities, a draft is checked by asking for the greedy continuation of the context,
+//! `n_predict` = the draft's length plus one, in one `/completion` request (`cache_prompt`, so
+//! only the delta is prefilled, as for a plain escalation). Its tokens are the LLM's choices: the
+//! first at the hard position, each next one given the tokens before it, which are the draft's
+//! as long as they agree; the acceptance rule stops reading at the first disagreement. Cost:
+//! draft length + 1 decode steps (one forward pass each, sequential) instead of the one pass a
+//! prompt-logprob engine takes, and a draft rejected at its first token wastes all but the
+//! first step; hence the length is capped at the draft the device sent (whose adaptive length
+//! shortens after rejections), and a sampled escalation is not checked at all (its draft
+//! answered with `accepted` 0): the continuation's tokens are the argmax, not the seeded draws
+//! the device would get one position at a time. Decode steps and a prefill differ slightly in
+//! their logits on llama.cpp's CPU kernels (above), so a near-tie may resolve otherwise than in
+//! a plain escalation of the same context; every token answered is still the engine's own.
 
 use common::sampling::SamplingParams;
 
 use serde_json::{json, Value};
 
-use super::{first_listed_model, parse_json, token_id, Dialect, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest, PromptChoice, PromptChoicesRequest};
+use super::{first_listed_model, parse_json, token_id, Dialect, DraftCheckRequest, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest, PromptChoice, PromptChoicesRequest};
 
 /// The `llama-server` dialect.
 #[derive(Debug, Clone, Copy, Default)]
@@ -148,6 +163,22 @@ impl Dialect for LlamaCppDialect {
             return Err(EngineError::BadResponse(format!("{} /completion answers for {} positions", bodies.len(), r.positions().len())));
         }
         bodies.iter().map(|body| self.parse_choice(body, r.runner_up)).collect()
+    }
+
+    /// The greedy continuation of the context, as long as the draft plus one (see the module
+    /// doc for what it costs).
+    fn draft_check_call(&self, r: &DraftCheckRequest<'_>) -> HttpCall {
+        let greedy = SamplingParams::default();
+        let n = u32::try_from(r.draft.len()).unwrap_or(u32::MAX - 1) + 1;
+        self.next_token_call(&NextTokenRequest { context: r.context, sampling: &greedy, seed: None, max_new_tokens: n, top_logprobs: 1, slot: r.slot })
+    }
+
+    /// Its tokens in order are the LLM's choices: each given the context and the tokens before
+    /// it, which are the draft's for as long as they agree with it (all the rule reads).
+    fn parse_draft_check(&self, r: &DraftCheckRequest<'_>, body: &[u8]) -> Result<EngineReply, EngineError> {
+        let mut reply = self.parse_next_token(body)?;
+        reply.tokens.truncate(r.draft.len() + 1);
+        Ok(reply)
     }
 }
 
@@ -277,6 +308,61 @@ mod tests {
         assert!(matches!(LlamaCppDialect.parse_prompt_choices(&r, &broken), Err(EngineError::BadResponse(_))));
         let no_top = vec![br#"{"tokens":[5]}"#.to_vec(), COMPLETION.as_bytes().to_vec()];
         assert!(LlamaCppDialect.parse_prompt_choices(&r, &no_top).is_err(), "a runner-up asked for needs top_logprobs");
+    }
+
+    fn draft_request(draft: &'static [u32]) -> DraftCheckRequest<'static> {
+        DraftCheckRequest { context: &[151644, 872, 198], draft, slot: None }
+    }
+
+    #[test]
+    fn a_draft_check_asks_for_the_greedy_continuation_as_long_as_the_draft_plus_one_on_the_cached_prompt() {
+        let call = LlamaCppDialect.draft_check_call(&draft_request(&[3838, 374, 279]));
+        assert_eq!(call.path, "/completion");
+        let b = call.body.unwrap();
+        assert_eq!(b["prompt"], json!([151644, 872, 198]), "the context alone: the engine writes its own continuation");
+        assert_eq!(b["n_predict"], 4, "the draft's length plus the bonus, never more");
+        assert_eq!((b["top_k"].clone(), b["temperature"].clone(), b["repeat_penalty"].clone()), (json!(1), json!(0.0), json!(1.0)), "greedy");
+        assert_eq!((b["cache_prompt"].clone(), b["return_tokens"].clone(), b["n_probs"].clone()), (json!(true), json!(true), json!(1)));
+        assert!(b.get("seed").is_none() && b.get("id_slot").is_none());
+        let pinned = LlamaCppDialect.draft_check_call(&DraftCheckRequest { slot: Some(2), ..draft_request(&[1]) }).body.unwrap();
+        assert_eq!((pinned["id_slot"].clone(), pinned["n_predict"].clone()), (json!(2), json!(2)));
+    }
+
+    /// A three-token answer in the shape of [`COMPLETION`] (values composed).
+    fn continuation(tokens: [u32; 3]) -> Vec<u8> {
+        let probs: Vec<String> = tokens.iter().enumerate().map(|(i, t)| format!(r#"{{"id":{t},"token":"t","bytes":[116],"logprob":-0.{i}5,"top_logprobs":[{{"id":{t},"token":"t","bytes":[116],"logprob":-0.{i}5}}]}}"#)).collect();
+        format!(r#"{{"tokens":[{},{},{}],"completion_probabilities":[{}],"tokens_evaluated":3,"timings":{{"cache_n":2,"prompt_n":1,"predicted_n":3}}}}"#, tokens[0], tokens[1], tokens[2], probs.join(",")).into_bytes()
+    }
+
+    fn verdict(draft: &'static [u32], body: &[u8]) -> (u32, u32, f32) {
+        let reply = LlamaCppDialect.parse_draft_check(&draft_request(draft), body).unwrap();
+        let t = reply.verdict(draft).unwrap();
+        (t.accepted, t.token_id, t.logprob)
+    }
+
+    #[test]
+    fn a_draft_equal_to_the_greedy_continuation_is_accepted_whole_with_its_next_token_as_the_bonus() {
+        let body = continuation([3838, 374, 279]);
+        let reply = LlamaCppDialect.parse_draft_check(&draft_request(&[3838, 374]), &body).unwrap();
+        assert_eq!(reply.tokens.iter().map(|t| t.id).collect::<Vec<_>>(), vec![3838, 374, 279]);
+        assert_eq!((reply.prompt_tokens, reply.cached_tokens), (Some(3), Some(2)));
+        assert_eq!(verdict(&[3838, 374], &body), (2, 279, -0.25));
+    }
+
+    #[test]
+    fn a_draft_that_leaves_the_continuation_is_accepted_up_to_there_with_the_engines_token_as_the_correction() {
+        assert_eq!(verdict(&[40, 374], &continuation([3838, 374, 279])), (0, 3838, -0.05), "rejected at the hard position");
+        assert_eq!(verdict(&[3838, 40], &continuation([3838, 374, 279])), (1, 374, -0.15), "rejected in the middle");
+    }
+
+    #[test]
+    fn a_continuation_longer_than_asked_is_cut_and_one_that_stopped_early_accepts_no_further() {
+        let reply = LlamaCppDialect.parse_draft_check(&draft_request(&[3838]), &continuation([3838, 374, 279])).unwrap();
+        assert_eq!(reply.tokens.len(), 2, "the draft plus one");
+        // Generation stopped (an end-of-generation token) after one token of the three asked for.
+        let stopped = br#"{"tokens":[3838],"completion_probabilities":[{"id":3838,"logprob":-0.1,"top_logprobs":[]}]}"#;
+        assert_eq!(verdict(&[3838, 374], stopped), (0, 3838, -0.1), "the token at the hard position, nothing claimed past it");
+        assert!(matches!(LlamaCppDialect.parse_draft_check(&draft_request(&[1]), br#"{"tokens":[]}"#), Err(EngineError::BadResponse(_))));
     }
 
     /// The fields this dialect reads, for [`crate::engine::testing::jsonish`].

@@ -17,6 +17,14 @@
 //! serves ([`PromptChoicesRequest`]: the LLM's greedy choice at every position of a token-id
 //! sequence): one mapping per engine for both uses, so the lab's teacher and the gateway's
 //! escalations cannot drift apart in how they ask an engine for a greedy token.
+//!
+//! A greedy escalation with a draft (protocol v5) is checked in one request
+//! ([`DraftCheckRequest`]): SGLang and vLLM give the LLM's choice at the draft's positions as
+//! prompt log-probabilities of context + draft (the prompt-choices mapping, asked from the hard
+//! position), llama.cpp, which has none, continues the context greedily for the draft's length
+//! plus one. Each dialect reads its answer as the LLM's choices from the hard position on, and
+//! [`EngineReply::verdict`] applies the one acceptance rule ([`crate::dispatch::draft`]) the
+//! embedded backend applies too. What each costs is in its module.
 
 pub mod client;
 pub mod connect;
@@ -33,6 +41,9 @@ use std::fmt;
 use std::str::FromStr;
 
 use common::sampling::SamplingParams;
+
+use crate::dispatch::draft::accept_prefix;
+use crate::dispatch::LlmToken;
 
 /// Which engine a worker runs: picks the [`Dialect`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -160,15 +171,55 @@ pub struct EngineToken {
     pub logprob: Option<f32>,
 }
 
-/// An engine's answer to a [`NextTokenRequest`].
+/// An engine's answer to a [`NextTokenRequest`] or a [`DraftCheckRequest`].
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct EngineReply {
-    /// Generated tokens, first one first (at least one).
+    /// Generated tokens, first one first (at least one); for a draft check, the LLM's choices
+    /// from the hard position on (at most the draft's length plus one).
     pub tokens: Vec<EngineToken>,
     /// Prompt tokens the engine counted, when reported.
     pub prompt_tokens: Option<u32>,
     /// Of those, how many came from its prefix cache, when reported.
     pub cached_tokens: Option<u32>,
+}
+
+impl EngineReply {
+    /// The answer as every LLM path gives it: the one acceptance rule
+    /// ([`crate::dispatch::draft::accept_prefix`]) over [`Self::tokens`] read as the LLM's
+    /// choices from the hard position on, with `draft` the draft the engine checked (empty for
+    /// a plain next-token request: its first token, nothing accepted). Dialects always ask for
+    /// log-probabilities; one the engine omits reads as 0 (the protocol refuses NaN).
+    pub fn verdict(&self, draft: &[u32]) -> Result<LlmToken, EngineError> {
+        let choices: Vec<(u32, f32)> = self.tokens.iter().map(|t| (t.id, t.logprob.filter(|l| l.is_finite()).unwrap_or(0.0))).collect();
+        accept_prefix(&choices, draft).ok_or_else(|| EngineError::BadResponse("no generated token".into()))
+    }
+}
+
+/// What the gateway asks an engine to check (protocol v5), in one request: the LLM's greedy
+/// choice at the position after `context` (the hard position) and after each draft token but
+/// the last, and its token after the whole draft. Only greedy escalations are checked: an
+/// engine's choices are its argmax, which a seeded sampler's draws are not.
+#[derive(Debug, Clone, Copy)]
+pub struct DraftCheckRequest<'a> {
+    /// The session's whole context (not empty); the draft continues it.
+    pub context: &'a [u32],
+    /// The SLM's tokens from the hard position on (at least one).
+    pub draft: &'a [u32],
+    /// llama.cpp slot to use, as in [`NextTokenRequest::slot`].
+    pub slot: Option<u32>,
+}
+
+impl DraftCheckRequest<'_> {
+    /// Context and draft as one sequence: what prompt log-probabilities are asked of.
+    pub fn sequence(&self) -> Vec<u32> {
+        [self.context, self.draft].concat()
+    }
+
+    /// The draft's positions in [`Self::sequence`] as the prompt choices that give the LLM's
+    /// choice there (the token after the draft is the generated one, not a prompt position).
+    pub fn prompt_choices<'s>(&self, sequence: &'s [u32]) -> PromptChoicesRequest<'s> {
+        PromptChoicesRequest { tokens: sequence, first: self.context.len(), runner_up: false, slot: self.slot }
+    }
 }
 
 /// What the router lab asks an engine for: the LLM's greedy choice at every position of
@@ -355,6 +406,14 @@ pub trait Dialect: Send + Sync + fmt::Debug {
     /// Read the answers (2xx bodies, in the order of the calls): one choice per position of
     /// [`PromptChoicesRequest::positions`].
     fn parse_prompt_choices(&self, request: &PromptChoicesRequest<'_>, bodies: &[Vec<u8>]) -> Result<Vec<PromptChoice>, EngineError>;
+    /// The one call that checks a greedy draft (what it costs is in each dialect's module).
+    fn draft_check_call(&self, request: &DraftCheckRequest<'_>) -> HttpCall;
+    /// Read its answer (a 2xx body): [`EngineReply::tokens`] are the LLM's greedy choices at
+    /// the hard position and after each draft token, in order, at least one and at most the
+    /// draft's length plus one. A choice after the first that differs from the draft may be
+    /// conditioned on the engine's own tokens rather than the draft's: the acceptance rule
+    /// never reads it.
+    fn parse_draft_check(&self, request: &DraftCheckRequest<'_>, body: &[u8]) -> Result<EngineReply, EngineError>;
 }
 
 /// A prompt-logprob list aligned on the sequence: entry `i` is position `i` when the list has
@@ -411,6 +470,23 @@ mod tests {
         assert_eq!(spec, EngineSpec { kind: EngineKind::LlamaCpp, url: "http://duet-llama.duet.svc:8080".into(), discover: true });
         assert_eq!(spec.to_string(), "llamacpp=dns+http://duet-llama.duet.svc:8080");
         assert!(!"llamacpp=http://duet-llama.duet.svc:8080".parse::<EngineSpec>().unwrap().discover, "a plain URL stays one worker");
+    }
+
+    #[test]
+    fn a_plain_reply_is_its_first_token_with_nothing_accepted_and_a_missing_logprob_reads_as_zero() {
+        let reply = EngineReply { tokens: vec![EngineToken { id: 7, logprob: None }, EngineToken { id: 8, logprob: Some(-0.5) }], ..EngineReply::default() };
+        assert_eq!(reply.verdict(&[]).unwrap(), LlmToken { token_id: 7, logprob: 0.0, accepted: 0 });
+        assert_eq!(reply.verdict(&[7]).unwrap(), LlmToken { token_id: 8, logprob: -0.5, accepted: 1 }, "a checked draft: the rule over the choices");
+        assert!(matches!(EngineReply::default().verdict(&[]), Err(EngineError::BadResponse(_))));
+    }
+
+    #[test]
+    fn a_draft_check_asks_for_the_choices_at_the_drafts_positions_of_context_and_draft() {
+        let r = DraftCheckRequest { context: &[1, 2, 3], draft: &[4, 5], slot: Some(1) };
+        let sequence = r.sequence();
+        assert_eq!(sequence, vec![1, 2, 3, 4, 5]);
+        let choices = r.prompt_choices(&sequence);
+        assert_eq!((choices.positions(), choices.runner_up, choices.slot), (3..5, false, Some(1)), "the hard position and the one after the first draft token");
     }
 
     #[test]

@@ -33,13 +33,26 @@
 //!   text-or-null]` best first, whose first entry (nothing predicts the first token) is null;
 //!   the one generated token is not used. SGLang recomputes the logits of every position from
 //!   `logprob_start_len` on, cached or not: a teacher's request, never an escalation's.
+//! - draft check ([`DraftCheckRequest`], a greedy escalation with a draft): the same call for
+//!   context + draft with `top_logprobs_num: 1` and `logprob_start_len` one before the hard
+//!   position. The "Sampling Parameters" page documents `logprob_start_len` as "the start
+//!   location in the prompt for returning logprobs"; the answer's `input_top_logprobs`
+//!   (`scheduler_output_processor_mixin.py`, `_process_input_top_logprobs`) then has one entry
+//!   per prompt token from that location on, the first null (the logits before it are not
+//!   computed) and the last prompt token's dropped (they predict the output): so it starts one
+//!   early to include the hard position's choice. 0.3/0.4-era servers omit the null and are
+//!   read aligned on the end. The best entry at each draft position is the LLM's choice there,
+//!   and the generated token (`max_new_tokens: 1`) its token after the whole draft. Cost: SGLang
+//!   caps its radix-cache match at `logprob_start_len` (`Req.init_next_round_input`), so the
+//!   request prefills the delta (as a plain escalation does, at least the hard position's
+//!   predecessor) and the draft: one pass, the draft's length more tokens.
 //!
 //! SGLang is not run on the project's machines (no GPU): the tests below check the mapping
 //! against the bodies the documentation prints.
 
 use serde_json::{json, Value};
 
-use super::{aligned_positions, parse_json, token_id, Dialect, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest, PromptChoice, PromptChoicesRequest};
+use super::{aligned_positions, parse_json, token_id, Dialect, DraftCheckRequest, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest, PromptChoice, PromptChoicesRequest};
 
 /// Path of the next-token call.
 pub const GENERATE_PATH: &str = "/generate";
@@ -194,13 +207,7 @@ impl Dialect for SglangDialect {
         if r.positions().is_empty() {
             return Vec::new();
         }
-        let greedy = common::sampling::SamplingParams::default();
-        let next = NextTokenRequest { context: r.tokens, sampling: &greedy, seed: None, max_new_tokens: 1, top_logprobs: r.top_n(), slot: None };
-        let mut call = self.next_token_call(&next);
-        if let Some(body) = call.body.as_mut() {
-            body["logprob_start_len"] = json!(0);
-        }
-        vec![call]
+        vec![self.prompt_logprobs_call(r.tokens, r.top_n(), 0)]
     }
 
     fn parse_prompt_choices(&self, r: &PromptChoicesRequest<'_>, bodies: &[Vec<u8>]) -> Result<Vec<PromptChoice>, EngineError> {
@@ -208,6 +215,43 @@ impl Dialect for SglangDialect {
         let [body] = bodies else {
             return if positions.is_empty() { Ok(Vec::new()) } else { Err(bad(format!("expected one /generate answer, got {}", bodies.len()))) };
         };
+        self.choices_in(r, body)
+    }
+
+    /// From the token before the hard position: SGLang lists no choice at `logprob_start_len`
+    /// itself (see the module doc), and caps its radix-cache match there.
+    fn draft_check_call(&self, r: &DraftCheckRequest<'_>) -> HttpCall {
+        self.prompt_logprobs_call(&r.sequence(), 1, r.context.len().saturating_sub(1))
+    }
+
+    fn parse_draft_check(&self, r: &DraftCheckRequest<'_>, body: &[u8]) -> Result<EngineReply, EngineError> {
+        let sequence = r.sequence();
+        let choices = self.choices_in(&r.prompt_choices(&sequence), body)?;
+        let next = self.parse_next_token(body)?;
+        // The generated token: the LLM's after the whole draft (the bonus).
+        let bonus = *next.tokens.first().ok_or_else(|| missing("output_ids"))?;
+        let tokens = choices.iter().map(|c| c.best).chain(std::iter::once(bonus)).collect();
+        Ok(EngineReply { tokens, ..next })
+    }
+}
+
+impl SglangDialect {
+    /// The greedy one-token call for `tokens` with the top `top_n` log-probabilities of every
+    /// prompt position from `start` (`logprob_start_len`) on: the prompt choices of the router
+    /// lab's teacher (from 0) and of a draft check (from the hard position's predecessor).
+    fn prompt_logprobs_call(&self, tokens: &[u32], top_n: u32, start: usize) -> HttpCall {
+        let greedy = common::sampling::SamplingParams::default();
+        let next = NextTokenRequest { context: tokens, sampling: &greedy, seed: None, max_new_tokens: 1, top_logprobs: top_n, slot: None };
+        let mut call = self.next_token_call(&next);
+        if let Some(body) = call.body.as_mut() {
+            body["logprob_start_len"] = json!(start);
+        }
+        call
+    }
+
+    /// The choices at `r`'s positions in one `/generate` answer's `meta_info.input_top_logprobs`.
+    fn choices_in(&self, r: &PromptChoicesRequest<'_>, body: &[u8]) -> Result<Vec<PromptChoice>, EngineError> {
+        let positions = r.positions();
         let v = parse_json(body)?;
         if let Some(error) = v.get("error") {
             return Err(bad(format!("SGLang reported an error: {}", clip(error))));
@@ -565,6 +609,84 @@ mod tests {
         assert!(SglangDialect::new().parse_prompt_choices(&r, &[]).is_err(), "no answer for positions asked");
     }
 
+    const DRAFT_CONTEXT: &[u32] = &[151644, 872, 198];
+
+    fn draft_request(draft: &'static [u32]) -> DraftCheckRequest<'static> {
+        DraftCheckRequest { context: DRAFT_CONTEXT, draft, slot: None }
+    }
+
+    #[test]
+    fn a_draft_check_is_one_greedy_request_for_the_prompt_logprobs_from_just_before_the_hard_position() {
+        let call = SglangDialect::new().draft_check_call(&draft_request(&[3838, 374]));
+        assert_eq!(call.path, "/generate");
+        let b = call.body.unwrap();
+        assert_eq!(b["input_ids"], json!([151644, 872, 198, 3838, 374]), "context and draft");
+        assert_eq!((b["return_logprob"].clone(), b["logprob_start_len"].clone(), b["top_logprobs_num"].clone()), (json!(true), json!(2), json!(1)));
+        let p = &b["sampling_params"];
+        assert_eq!((p["max_new_tokens"].clone(), p["top_k"].clone()), (json!(1), json!(-1)), "one generated token: the bonus");
+        assert!(approx(&p["temperature"], 0.0) && approx(&p["repetition_penalty"], 1.0), "greedy, no penalty: {p}");
+    }
+
+    /// The answer to that request, in the shape `scheduler_output_processor_mixin.py` builds for
+    /// `logprob_start_len: 2` and `top_logprobs_num: 1` (values composed): `input_top_logprobs`
+    /// has one entry per prompt token from position 2 on, null at 2 (nothing computed predicts
+    /// it), then the best at positions 3 and 4; the generated token is the choice after them.
+    fn draft_answer(at3: u32, at4: u32, generated: u32) -> Vec<u8> {
+        format!(
+            r#"{{"output_ids": [{generated}], "meta_info": {{"id": "d1", "finish_reason": {{"type": "length", "length": 1}}, "prompt_tokens": 5, "weight_version": "default", "completion_tokens": 1, "cached_tokens": 2,
+            "input_token_logprobs": [[null, 198, null], [-2.4, 3838, null], [-0.4, 374, null]],
+            "output_token_logprobs": [[-0.8, {generated}, null]],
+            "input_top_logprobs": [null, [[-0.3, {at3}, null]], [[-0.2, {at4}, null]]],
+            "output_top_logprobs": [[[-0.8, {generated}, null]]]}}}}"#
+        )
+        .into_bytes()
+    }
+
+    fn verdict(draft: &'static [u32], body: &[u8]) -> (u32, u32, f32) {
+        let reply = SglangDialect::new().parse_draft_check(&draft_request(draft), body).unwrap();
+        let t = reply.verdict(draft).unwrap();
+        (t.accepted, t.token_id, t.logprob)
+    }
+
+    #[test]
+    fn a_draft_the_llm_agrees_with_is_accepted_whole_with_the_generated_token_as_the_bonus() {
+        let body = draft_answer(3838, 374, 13);
+        let reply = SglangDialect::new().parse_draft_check(&draft_request(&[3838, 374]), &body).unwrap();
+        assert_eq!(reply.tokens.iter().map(|t| t.id).collect::<Vec<_>>(), vec![3838, 374, 13]);
+        assert_eq!((reply.prompt_tokens, reply.cached_tokens), (Some(5), Some(2)));
+        assert_eq!(verdict(&[3838, 374], &body), (2, 13, -0.8));
+    }
+
+    #[test]
+    fn a_draft_rejected_at_its_first_token_gets_the_llms_token_at_the_hard_position() {
+        assert_eq!(verdict(&[3838, 374], &draft_answer(40, 374, 13)), (0, 40, -0.3));
+    }
+
+    #[test]
+    fn a_draft_rejected_in_the_middle_keeps_its_agreed_prefix_and_gets_the_correction() {
+        assert_eq!(verdict(&[3838, 374], &draft_answer(3838, 525, 13)), (1, 525, -0.2));
+    }
+
+    #[test]
+    fn a_draft_answer_without_the_leading_null_of_older_servers_reads_the_same() {
+        let body = br#"{"output_ids": [13], "meta_info": {"completion_tokens": 1, "output_token_logprobs": [[-0.8, 13, null]], "input_top_logprobs": [[[-0.3, 3838, null]], [[-0.2, 374, null]]]}}"#;
+        assert_eq!(verdict(&[3838, 374], body), (2, 13, -0.8));
+    }
+
+    #[test]
+    fn a_draft_answer_that_lacks_positions_or_the_generated_token_is_a_typed_error() {
+        let r = draft_request(&[3838, 374]);
+        for body in [
+            r#"{"output_ids": [13], "meta_info": {"output_token_logprobs": [[-0.8, 13, null]]}}"#,
+            r#"{"output_ids": [13], "meta_info": {"input_top_logprobs": [[[-0.2, 374, null]]]}}"#,
+            r#"{"output_ids": [], "meta_info": {"input_top_logprobs": [null, [[-0.3, 3838, null]], [[-0.2, 374, null]]]}}"#,
+            r#"{"error": {"message": "logprob_start_len is out of range"}}"#,
+            "nope",
+        ] {
+            assert!(matches!(SglangDialect::new().parse_draft_check(&r, body.as_bytes()), Err(EngineError::BadResponse(_))), "{body}");
+        }
+    }
+
     /// The fields this dialect reads, for [`crate::engine::testing::jsonish`].
     const FIELDS: &[&str] = &["output_ids", "meta_info", "output_token_logprobs", "input_top_logprobs", "completion_tokens", "prompt_tokens", "cached_tokens", "finish_reason", "type", "message", "error"];
 
@@ -583,8 +705,12 @@ mod tests {
                 prop_assert!(!reply.tokens.is_empty());
             }
             let r = PromptChoicesRequest { tokens: &[1, 2, 3], first: 1, runner_up: true, slot: None };
-            if let Ok(choices) = SglangDialect::new().parse_prompt_choices(&r, &[bytes]) {
+            if let Ok(choices) = SglangDialect::new().parse_prompt_choices(&r, &[bytes.clone()]) {
                 prop_assert_eq!(choices.len(), 2);
+            }
+            let d = DraftCheckRequest { context: &[1], draft: &[2, 3], slot: None };
+            if let Ok(reply) = SglangDialect::new().parse_draft_check(&d, &bytes) {
+                prop_assert_eq!(reply.tokens.len(), 3);
             }
         }
     }

@@ -39,12 +39,25 @@
 //!   the prompt's own token at whatever rank it has: the choice is the rank-1 entry. vLLM
 //!   caps the number at `--max-logprobs` (20 by default).
 //!
+//! - Draft check ([`DraftCheckRequest`], a greedy escalation with a draft): the same
+//!   prompt-logprobs call for context + draft with `prompt_logprobs: 1`. `prompt_logprobs` is
+//!   `PromptLogprobs = list[Optional[dict[int, Logprob]]]` (`vllm/logprobs.py`, `Logprob` being
+//!   `{logprob, rank, decoded_token}`), its first entry None (`vllm/v1/engine/logprobs.py`:
+//!   "logprob of first prompt token is None"): the rank-1 entry at each draft position is the
+//!   LLM's choice there, and the generated token (`max_tokens: 1`) its token after the whole
+//!   draft. Cost: vLLM V1 ignores the prefix cache for a request with prompt log-probabilities
+//!   and "recompute[s] the prefill of full prompt" (docs.vllm.ai, V1 guide, "Prompt Logprobs
+//!   with Prefix Caching"), and answers an entry per prompt token: a draft check prefills the
+//!   whole context and the draft, where a plain escalation prefills the delta: one pass still,
+//!   but one that grows with the context (and an answer of ~100 bytes per prompt token, read up
+//!   to [`super::client::MAX_CHOICES_RESPONSE_BYTES`]).
+//!
 //! vLLM is not run on the project's machines (no GPU): the tests below check the mapping against
 //! the bodies vLLM's documentation and protocol models describe.
 
 use serde_json::{json, Value};
 
-use super::{aligned_positions, first_listed_model, parse_json, token_id, Dialect, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest, PromptChoice, PromptChoicesRequest};
+use super::{aligned_positions, first_listed_model, parse_json, token_id, Dialect, DraftCheckRequest, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest, PromptChoice, PromptChoicesRequest};
 
 /// Where vLLM describes its routes; read once to choose a [`VllmApi`].
 pub const OPENAPI_PATH: &str = "/openapi.json";
@@ -216,14 +229,7 @@ impl Dialect for VllmDialect {
         if r.positions().is_empty() {
             return Vec::new();
         }
-        let greedy = common::sampling::SamplingParams::default();
-        let next = NextTokenRequest { context: r.tokens, sampling: &greedy, seed: None, max_new_tokens: 1, top_logprobs: 1, slot: None };
-        let completions = Self { api: VllmApi::Completions, model: self.model.clone() };
-        let mut call = completions.next_token_call(&next);
-        if let Some(body) = call.body.as_mut() {
-            body["prompt_logprobs"] = json!(r.top_n());
-        }
-        vec![call]
+        vec![self.prompt_logprobs_call(r.tokens, r.top_n())]
     }
 
     fn parse_prompt_choices(&self, r: &PromptChoicesRequest<'_>, bodies: &[Vec<u8>]) -> Result<Vec<PromptChoice>, EngineError> {
@@ -231,14 +237,51 @@ impl Dialect for VllmDialect {
         let [body] = bodies else {
             return if positions.is_empty() { Ok(Vec::new()) } else { Err(bad(format!("expected one /v1/completions answer, got {}", bodies.len()))) };
         };
-        let v = parse_json(body)?;
-        if let Some(error) = v.get("error").filter(|e| !e.is_null()) {
-            return Err(bad(format!("vLLM reported an error: {}", clip(error))));
-        }
-        let choice = v.get("choices").and_then(Value::as_array).and_then(|c| c.first()).ok_or_else(|| missing("choices[0]"))?;
-        let entries = choice.get("prompt_logprobs").and_then(Value::as_array).ok_or_else(|| missing("choices[0].prompt_logprobs"))?;
-        aligned_positions(entries, r.tokens.len(), positions.clone(), "vLLM")?.iter().zip(positions).map(|(entry, at)| ranked_choice(entry, at, r.runner_up)).collect()
+        choices_in(r, body)
     }
+
+    fn draft_check_call(&self, r: &DraftCheckRequest<'_>) -> HttpCall {
+        self.prompt_logprobs_call(&r.sequence(), 1)
+    }
+
+    fn parse_draft_check(&self, r: &DraftCheckRequest<'_>, body: &[u8]) -> Result<EngineReply, EngineError> {
+        let sequence = r.sequence();
+        let choices = choices_in(&r.prompt_choices(&sequence), body)?;
+        // The call went to /v1/completions whichever endpoint escalations use.
+        let next = Self::new(VllmApi::Completions).parse_next_token(body)?;
+        // The generated token: the LLM's after the whole draft (the bonus).
+        let bonus = *next.tokens.first().ok_or_else(|| missing("choices[0].token_ids"))?;
+        let tokens = choices.iter().map(|c| c.best).chain(std::iter::once(bonus)).collect();
+        Ok(EngineReply { tokens, ..next })
+    }
+}
+
+impl VllmDialect {
+    /// The greedy one-token `/v1/completions` call for `tokens` with the top `top_n`
+    /// log-probabilities at every prompt position (`prompt_logprobs`), on either API: the
+    /// prompt choices of the router lab's teacher and of a draft check.
+    fn prompt_logprobs_call(&self, tokens: &[u32], top_n: u32) -> HttpCall {
+        let greedy = common::sampling::SamplingParams::default();
+        let next = NextTokenRequest { context: tokens, sampling: &greedy, seed: None, max_new_tokens: 1, top_logprobs: 1, slot: None };
+        let completions = Self { api: VllmApi::Completions, model: self.model.clone() };
+        let mut call = completions.next_token_call(&next);
+        if let Some(body) = call.body.as_mut() {
+            body["prompt_logprobs"] = json!(top_n);
+        }
+        call
+    }
+}
+
+/// The choices at `r`'s positions in one `/v1/completions` answer's `choices[0].prompt_logprobs`.
+fn choices_in(r: &PromptChoicesRequest<'_>, body: &[u8]) -> Result<Vec<PromptChoice>, EngineError> {
+    let positions = r.positions();
+    let v = parse_json(body)?;
+    if let Some(error) = v.get("error").filter(|e| !e.is_null()) {
+        return Err(bad(format!("vLLM reported an error: {}", clip(error))));
+    }
+    let choice = v.get("choices").and_then(Value::as_array).and_then(|c| c.first()).ok_or_else(|| missing("choices[0]"))?;
+    let entries = choice.get("prompt_logprobs").and_then(Value::as_array).ok_or_else(|| missing("choices[0].prompt_logprobs"))?;
+    aligned_positions(entries, r.tokens.len(), positions.clone(), "vLLM")?.iter().zip(positions).map(|(entry, at)| ranked_choice(entry, at, r.runner_up)).collect()
 }
 
 /// The choice at one position of `prompt_logprobs`: the rank-1 entry (and the rank-2 one); by
@@ -700,6 +743,84 @@ mod tests {
         }
     }
 
+    fn draft_request(draft: &'static [u32]) -> DraftCheckRequest<'static> {
+        DraftCheckRequest { context: &[151644, 872, 198], draft, slot: None }
+    }
+
+    #[test]
+    fn a_draft_check_is_one_greedy_completions_request_with_one_prompt_logprob_on_either_api() {
+        for d in [completions(), generate()] {
+            let call = d.draft_check_call(&draft_request(&[3838, 374]));
+            assert_eq!(call.path, "/v1/completions", "prompt logprobs come from the completions endpoint");
+            let b = call.body.unwrap();
+            assert_eq!((b["model"].clone(), b["prompt"].clone()), (json!("Qwen/Qwen2.5-32B-Instruct"), json!([151644, 872, 198, 3838, 374])), "context and draft");
+            assert_eq!((b["prompt_logprobs"].clone(), b["max_tokens"].clone(), b["logprobs"].clone()), (json!(1), json!(1), json!(1)));
+            assert!(approx(&b["temperature"], 0.0) && approx(&b["repetition_penalty"], 1.0), "greedy, no penalty: {b}");
+        }
+    }
+
+    /// The answer to that request in the fields of `CompletionResponseChoice`, `prompt_logprobs`
+    /// as `vllm/logprobs.py` types it (one `{token id: {logprob, rank, decoded_token}}` per
+    /// prompt token, the first None; the prompt's own token listed with its rank beside the
+    /// rank-1 one), `return_token_ids` on. Values composed.
+    fn draft_answer(at3: u32, at4: u32, generated: u32) -> Vec<u8> {
+        let entry = |best: u32, own: u32, lp: f64| {
+            if best == own {
+                format!(r#"{{"{best}":{{"logprob":{lp},"rank":1,"decoded_token":"token_id:{best}"}}}}"#)
+            } else {
+                format!(r#"{{"{best}":{{"logprob":{lp},"rank":1,"decoded_token":"token_id:{best}"}},"{own}":{{"logprob":-3.5,"rank":4,"decoded_token":"token_id:{own}"}}}}"#)
+            }
+        };
+        format!(
+            r#"{{"id":"cmpl-d","object":"text_completion","created":1765026778,"model":"Qwen/Qwen2.5-32B-Instruct","choices":[{{"index":0,"text":"","logprobs":{{"text_offset":[0],"token_logprobs":[-0.8],"tokens":["token_id:{generated}"],"top_logprobs":[{{"token_id:{generated}":-0.8}}]}},"finish_reason":"length","stop_reason":null,"token_ids":[{generated}],
+            "prompt_logprobs":[null,{},{},{},{}],"prompt_token_ids":[151644,872,198,3838,374]}}],"usage":{{"prompt_tokens":5,"total_tokens":6,"completion_tokens":1,"prompt_tokens_details":{{"cached_tokens":0}}}}}}"#,
+            entry(872, 872, -1.0),
+            entry(198, 198, -0.02),
+            entry(at3, 3838, -0.3),
+            entry(at4, 374, -0.2),
+        )
+        .into_bytes()
+    }
+
+    fn verdict(draft: &'static [u32], body: &[u8]) -> (u32, u32, f32) {
+        let reply = generate().parse_draft_check(&draft_request(draft), body).unwrap();
+        let t = reply.verdict(draft).unwrap();
+        (t.accepted, t.token_id, t.logprob)
+    }
+
+    #[test]
+    fn a_draft_the_llm_agrees_with_is_accepted_whole_with_the_generated_token_as_the_bonus() {
+        let body = draft_answer(3838, 374, 13);
+        let reply = completions().parse_draft_check(&draft_request(&[3838, 374]), &body).unwrap();
+        assert_eq!(reply.tokens.iter().map(|t| t.id).collect::<Vec<_>>(), vec![3838, 374, 13]);
+        assert_eq!((reply.prompt_tokens, reply.cached_tokens), (Some(5), Some(0)));
+        assert_eq!(verdict(&[3838, 374], &body), (2, 13, -0.8), "read as a completions answer on the generate API too");
+    }
+
+    #[test]
+    fn a_draft_rejected_at_its_first_token_gets_the_llms_token_at_the_hard_position() {
+        assert_eq!(verdict(&[3838, 374], &draft_answer(40, 374, 13)), (0, 40, -0.3));
+    }
+
+    #[test]
+    fn a_draft_rejected_in_the_middle_keeps_its_agreed_prefix_and_gets_the_correction() {
+        assert_eq!(verdict(&[3838, 374], &draft_answer(3838, 525, 13)), (1, 525, -0.2));
+    }
+
+    #[test]
+    fn a_draft_answer_that_lacks_positions_or_the_generated_token_is_a_typed_error() {
+        let r = draft_request(&[3838, 374]);
+        for body in [
+            TUTORIAL_COMPLETION,
+            r#"{"choices":[{"token_ids":[13],"prompt_logprobs":[null, null, null, null, {"374":{"logprob":-0.4,"rank":1}}]}]}"#,
+            r#"{"choices":[{"token_ids":[],"prompt_logprobs":[null, {}, {}, {"3838":{"logprob":-0.3,"rank":1}}, {"374":{"logprob":-0.4,"rank":1}}]}]}"#,
+            r#"{"object":"error","message":"Requested prompt logprobs of 1, which is greater than max allowed: 0","type":"BadRequestError","code":400,"error":{"message":"x"}}"#,
+            "{}",
+        ] {
+            assert!(matches!(completions().parse_draft_check(&r, body.as_bytes()), Err(EngineError::BadResponse(_))), "{body}");
+        }
+    }
+
     /// The fields this dialect reads, for [`crate::engine::testing::jsonish`].
     const FIELDS: &[&str] = &["choices", "token_ids", "logprobs", "tokens", "token_logprobs", "content", "token", "logprob", "usage", "prompt_tokens", "prompt_tokens_details", "cached_tokens", "error", "prompt_logprobs", "rank"];
 
@@ -722,8 +843,12 @@ mod tests {
                 }
             }
             let r = PromptChoicesRequest { tokens: &[1, 2, 3], first: 1, runner_up: true, slot: None };
-            if let Ok(choices) = completions().parse_prompt_choices(&r, &[bytes]) {
+            if let Ok(choices) = completions().parse_prompt_choices(&r, &[bytes.clone()]) {
                 prop_assert_eq!(choices.len(), 2);
+            }
+            let d = DraftCheckRequest { context: &[1], draft: &[2, 3], slot: None };
+            if let Ok(reply) = completions().parse_draft_check(&d, &bytes) {
+                prop_assert_eq!(reply.tokens.len(), 3);
             }
             let _ = VllmApi::from_openapi(&v);
         }

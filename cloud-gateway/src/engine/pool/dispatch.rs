@@ -2,8 +2,9 @@
 //!
 //! No queue: an escalation is refused `Busy` at once when no worker has room, or when its
 //! device holds its fair share of a pool at least half full (`super::share`), and otherwise
-//! becomes one request on the pool ([`EnginePool::next_token`]) on a task of its own, dropped
-//! mid-request as soon as the device stops waiting. Failures are told to the device in the
+//! becomes one request on the pool ([`EnginePool::answer`]) on a task of its own, dropped
+//! mid-request as soon as the device stops waiting; a greedy escalation's draft is checked in
+//! that one request and answered with the pool's verdict. Failures are told to the device in the
 //! contract's terms: an engine that refuses a context as too long says so with the context's
 //! length (engines do not say their limit).
 
@@ -15,7 +16,7 @@ use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use super::{EnginePool, PoolError};
-use crate::dispatch::{Busy, BusyReason, Dispatch, LlmError, LlmRequest, LlmToken, Outcome};
+use crate::dispatch::{Busy, BusyReason, Dispatch, LlmError, LlmRequest, Outcome};
 use crate::engine::EngineError;
 use crate::sessions::SessionKey;
 
@@ -73,12 +74,13 @@ impl Dispatch for EngineDispatch {
     }
 }
 
-/// One escalation on the pool: answered with its token, a failure or `Expired`; abandoned
-/// (its HTTP request dropped) as soon as the device stops waiting.
+/// One escalation on the pool: answered with its token (a draft's verdict for a greedy one
+/// with a draft), a failure or `Expired`; abandoned (its HTTP request dropped) as soon as the
+/// device stops waiting.
 async fn run(pool: Arc<EnginePool>, request: LlmRequest, deadline: Instant, mut reply: oneshot::Sender<Outcome>) {
     let started = Instant::now();
     let result = tokio::select! {
-        r = pool.next_token(&request, deadline) => r,
+        r = pool.answer(&request, deadline) => r,
         _ = reply.closed() => {
             tracing::Span::current().record("outcome", "cancelled");
             return;
@@ -86,13 +88,7 @@ async fn run(pool: Arc<EnginePool>, request: LlmRequest, deadline: Instant, mut 
     };
     tracing::Span::current().record("outcome", if result.is_ok() { "token" } else { "failed" });
     let outcome = match result {
-        Ok(answer) => {
-            // Dialects always ask for the log-probability; an engine that omits it reads as 0
-            // (the protocol refuses NaN).
-            let first = answer.tokens[0];
-            let token = LlmToken { token_id: first.id, logprob: first.logprob.unwrap_or(0.0), accepted: 0 };
-            Outcome::Token { token, llm_ms: started.elapsed().as_millis().min(u128::from(u32::MAX)) as u32 }
-        }
+        Ok(token) => Outcome::Token { token, llm_ms: started.elapsed().as_millis().min(u128::from(u32::MAX)) as u32 },
         Err(PoolError::DeadlineExpired(_)) => Outcome::Expired,
         Err(e) => Outcome::Failed(llm_error(e, &request)),
     };
@@ -125,6 +121,55 @@ mod tests {
         let spec = format!("llamacpp=http://{}", listener.local_addr().unwrap()).parse().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });
         spec
+    }
+
+    /// A llama-server stand-in whose greedy continuation of any prompt is 5, 6, 7, 8, ...
+    /// (`n_predict` of them); it records each `n_predict` asked for.
+    async fn counting_engine() -> (EngineSpec, Arc<std::sync::Mutex<Vec<u64>>>) {
+        let asked: Arc<std::sync::Mutex<Vec<u64>>> = Arc::default();
+        let seen = asked.clone();
+        let app = axum::Router::new().route(
+            "/completion",
+            axum::routing::post(move |axum::Json(b): axum::Json<serde_json::Value>| {
+                let seen = seen.clone();
+                async move {
+                    let n = b["n_predict"].as_u64().unwrap_or(1);
+                    seen.lock().unwrap().push(n);
+                    let tokens: Vec<u64> = (5..5 + n).collect();
+                    let probs: Vec<serde_json::Value> = tokens.iter().map(|&t| serde_json::json!({"id": t, "logprob": -0.5})).collect();
+                    axum::Json(serde_json::json!({"tokens": tokens, "completion_probabilities": probs}))
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let spec = format!("llamacpp=http://{}", listener.local_addr().unwrap()).parse().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (spec, asked)
+    }
+
+    async fn answer(pool: &EngineDispatch, draft: &[u32], sampling: common::sampling::SamplingParams) -> Outcome {
+        let session = SessionKey { device: Arc::from("d"), session_id: 1 };
+        let request = LlmRequest { session, context: vec![1, 2, 3].into(), sampling, seq: 1, draft: draft.into() };
+        let now = Instant::now();
+        pool.try_submit(request, now + std::time::Duration::from_secs(5), now).unwrap().await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_greedy_draft_is_checked_in_one_request_and_answered_with_the_verdict_and_a_sampled_one_is_not() {
+        let (spec, asked) = counting_engine().await;
+        let client = EngineClient::new(&spec, Arc::new(LlamaCppDialect)).unwrap();
+        let pool = EngineDispatch(Arc::new(EnginePool::new(PoolConfig { engines: vec![spec], ..PoolConfig::default() }, vec![client], 1000)));
+        let token = |o: Outcome| match o {
+            Outcome::Token { token, .. } => (token.accepted, token.token_id),
+            other => panic!("{other:?}"),
+        };
+        let greedy = common::sampling::SamplingParams::default();
+        assert_eq!(token(answer(&pool, &[5, 6, 7], greedy).await), (3, 8), "all accepted: the bonus");
+        assert_eq!(token(answer(&pool, &[5, 6, 9, 10], greedy).await), (2, 7), "the correction at the first difference");
+        assert_eq!(token(answer(&pool, &[], greedy).await), (0, 5), "no draft: the next token");
+        let sampled = common::sampling::SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, seed: Some(3) };
+        assert_eq!(token(answer(&pool, &[5, 6], sampled).await), (0, 5), "a sampled draft is not checked");
+        assert_eq!(*asked.lock().unwrap(), vec![4, 5, 1, 1], "the draft's length plus one, in one request each; one token otherwise");
     }
 
     #[tokio::test]

@@ -42,8 +42,8 @@ use self::health::{HealthConfig, HealthTracker};
 use self::pick::{choose, rendezvous_order, Candidate, PickPolicy};
 use self::share::{DeviceSlot, DeviceSlots};
 use super::client::EngineClient;
-use super::{EngineError, EngineReply, EngineSpec, NextTokenRequest};
-use crate::dispatch::LlmRequest;
+use super::{DraftCheckRequest, EngineError, EngineReply, EngineSpec, NextTokenRequest};
+use crate::dispatch::{LlmRequest, LlmToken};
 use crate::sessions::SessionKey;
 
 /// Settings of an engine pool.
@@ -407,16 +407,25 @@ impl EnginePool {
         self.members.snapshot().iter().any(|w| w.is_available(now))
     }
 
-    /// The next token for `request`, trying workers as the policies say until one answers or
-    /// `deadline` passes.
-    pub async fn next_token(&self, request: &LlmRequest, deadline: Instant) -> Result<EngineReply, PoolError> {
+    /// The LLM's answer to `request`, trying workers as the policies say until one answers or
+    /// `deadline` passes: its token after the context or, for a greedy request with a draft,
+    /// the verdict on the draft from the same one request ([`EngineClient::check_draft`]: how
+    /// many draft tokens it accepts and its token after them). A sampled request's draft is not
+    /// checked (an engine's choices are its argmax, not the seeded draws the device would get
+    /// position by position): its token at the hard position, `accepted` 0.
+    pub async fn answer(&self, request: &LlmRequest, deadline: Instant) -> Result<LlmToken, PoolError> {
         let workers = self.members.snapshot();
         let labels: Vec<&str> = workers.iter().map(|w| w.label.as_str()).collect();
         let order = rendezvous_order(&session_hash_key(&request.session), &labels);
         let rr = self.round_robin.fetch_add(1, Ordering::Relaxed);
         let sampling = request.sampling;
         let seed = seed_for(&sampling, request.seq);
-        let engine_request = NextTokenRequest { context: &request.context, sampling: &sampling, seed, max_new_tokens: 1, top_logprobs: 0, slot: None };
+        let next = NextTokenRequest { context: &request.context, sampling: &sampling, seed, max_new_tokens: 1, top_logprobs: 0, slot: None };
+        let checks_draft = sampling.is_greedy() && !request.draft.is_empty() && !request.context.is_empty();
+        let ask = match checks_draft {
+            true => Ask::Draft(DraftCheckRequest { context: &request.context, draft: &request.draft, slot: None }),
+            false => Ask::Next(next),
+        };
         let mut tried: Vec<usize> = Vec::new();
         let mut last_error: Option<EngineError> = None;
         for attempt in 0..self.config.max_attempts.max(1) {
@@ -459,16 +468,16 @@ impl EnginePool {
             let started = Instant::now();
             let down = worker.down.notified();
             let result = tokio::select! {
-                r = worker.client.next_token(&engine_request, timeout) => r.and_then(|reply| self.check_vocab(reply)),
+                r = ask.make(&worker.client, timeout) => r.and_then(|reply| self.check_vocab(reply)).and_then(|reply| Ok((reply.verdict(ask.draft())?, reply))),
                 _ = down => Err(EngineError::Transport("worker failed its health checks while the request was in flight".into())),
             };
             let seconds = started.elapsed().as_secs_f64();
             let done = Instant::now();
             match result {
-                Ok(reply) => {
+                Ok((verdict, reply)) => {
                     slot.succeeded(done);
-                    self.record_success(worker, &reply, seconds);
-                    return Ok(reply);
+                    self.record_success(worker, &reply, seconds, ask.draft().len(), verdict.accepted as usize);
+                    return Ok(verdict);
                 }
                 Err(error) => {
                     slot.failed(&error, done);
@@ -496,10 +505,16 @@ impl EnginePool {
         }
     }
 
-    fn record_success(&self, worker: &Worker, reply: &EngineReply, seconds: f64) {
+    /// Count an answered request: for a draft check, `drafted` tokens checked and `accepted`
+    /// of them taken (the LLM then answered `accepted + 1` tokens).
+    fn record_success(&self, worker: &Worker, reply: &EngineReply, seconds: f64, drafted: usize, accepted: usize) {
         let label = worker.label.clone();
         metrics::counter!("duet_gateway_engine_requests_total", "worker" => label.clone(), "outcome" => "ok").increment(1);
         metrics::histogram!("duet_gateway_engine_latency_seconds", "worker" => label.clone()).record(seconds);
+        if drafted > 0 {
+            metrics::counter!("duet_gateway_engine_draft_tokens_total", "worker" => label.clone(), "kind" => "checked").increment(drafted as u64);
+            metrics::counter!("duet_gateway_engine_draft_tokens_total", "worker" => label.clone(), "kind" => "accepted").increment(accepted as u64);
+        }
         if let Some(prompt) = reply.prompt_tokens {
             metrics::counter!("duet_gateway_engine_prompt_tokens_total", "worker" => label.clone()).increment(u64::from(prompt));
         }
@@ -507,7 +522,8 @@ impl EnginePool {
             metrics::counter!("duet_gateway_engine_cached_tokens_total", "worker" => label).increment(u64::from(cached));
         }
         let prefilled = reply.prompt_tokens.map_or(0, |p| p.saturating_sub(reply.cached_tokens.unwrap_or(0)));
-        crate::batcher::count_served(prefilled as usize, reply.tokens.len());
+        let answered = if drafted > 0 { accepted + 1 } else { reply.tokens.len() };
+        crate::batcher::count_served(prefilled as usize, answered);
         let ms = seconds * 1e3;
         let prev = f64::from(self.service_ms.load(Ordering::Relaxed));
         let ewma = if prev == 0.0 { ms } else { 0.8 * prev + 0.2 * ms };
@@ -549,6 +565,30 @@ impl EnginePool {
                 futures_join_all(checks).await;
             }
         })
+    }
+}
+
+/// What one attempt asks a worker: the next token, or a draft check.
+enum Ask<'a> {
+    Next(NextTokenRequest<'a>),
+    Draft(DraftCheckRequest<'a>),
+}
+
+impl Ask<'_> {
+    /// Make the request on `client`.
+    async fn make(&self, client: &EngineClient, timeout: Duration) -> Result<EngineReply, EngineError> {
+        match self {
+            Self::Next(r) => client.next_token(r, timeout).await,
+            Self::Draft(r) => client.check_draft(r, timeout).await,
+        }
+    }
+
+    /// The draft the answer is a verdict on (none for a plain next-token request).
+    fn draft(&self) -> &[u32] {
+        match self {
+            Self::Next(_) => &[],
+            Self::Draft(r) => r.draft,
+        }
     }
 }
 
