@@ -10,6 +10,8 @@
 //! prefill, is estimated to finish before its deadline ([`admit`]), with a [`CostModel`]
 //! learned from the batches the backend ran: a fixed time per batch plus a time per token of
 //! prefill. A refusal says how long the queue ahead should take to clear (`retry_after_ms`).
+//! The cost model, the test against the deadline and the hint are the seam's
+//! ([`crate::dispatch::admission`]): the engine pool refuses by the same rule.
 //!
 //! Work a device has already paid for is not refused: an escalation's own cost is only the
 //! part of its context that neither the backend holds nor its session's earlier admitted work
@@ -36,55 +38,9 @@
 use std::time::{Duration, Instant};
 
 use super::ledger::SessionWork;
+pub use crate::dispatch::admission::{retry_after_ms, CostModel};
+use crate::dispatch::admission::within_deadline;
 use crate::dispatch::BusyReason;
-
-/// How long the backend takes, as learned from the batches it ran.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct CostModel {
-    /// Time of a batch of short escalations (one token each), ms.
-    pub batch_ms: f64,
-    /// Time per token of prefill beyond one per row, ms.
-    pub token_ms: f64,
-}
-
-/// Weight of a new observation in the moving averages.
-const ALPHA: f64 = 0.2;
-
-impl CostModel {
-    /// Learn from a batch of `rows` rows with `tokens` tokens of prefill in all that took
-    /// `ms`: batches that are mostly one token per row teach the batch time, the others the
-    /// time per extra token.
-    pub fn observe(&mut self, rows: usize, tokens: usize, ms: f64) {
-        if rows == 0 || !ms.is_finite() || ms < 0.0 {
-            return;
-        }
-        let extra = tokens.saturating_sub(rows);
-        if extra < rows.max(8) {
-            self.batch_ms = ewma(self.batch_ms, ms);
-        } else {
-            let per_token = (ms - self.batch_ms).max(0.0) / extra as f64;
-            self.token_ms = ewma(self.token_ms, per_token);
-        }
-    }
-
-    /// Estimated time to run `rows` escalations with `tokens` tokens of prefill in all, in
-    /// batches of at most `max_batch` rows, ms.
-    pub fn estimate_ms(&self, rows: usize, tokens: usize, max_batch: usize) -> f64 {
-        if rows == 0 && tokens == 0 {
-            return 0.0;
-        }
-        let batches = rows.div_ceil(max_batch.max(1)).max(1);
-        batches as f64 * self.batch_ms + tokens.saturating_sub(rows) as f64 * self.token_ms
-    }
-}
-
-fn ewma(prev: f64, x: f64) -> f64 {
-    if prev <= 0.0 {
-        x
-    } else {
-        (1.0 - ALPHA) * prev + ALPHA * x
-    }
-}
 
 /// What is queued or running when an escalation asks to be admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -223,16 +179,7 @@ pub fn admit(model: &CostModel, cut: Cut, ahead: Ahead, cost: usize, left: Durat
         let steps = cost.div_ceil(cap);
         (model.estimate_ms(ahead.rows, ahead.tokens + ahead.long_tokens, cut.max_batch), steps as f64 * model.batch_ms + cost as f64 * model.token_ms)
     };
-    if queued_ms + own_ms <= left.as_secs_f64() * 1e3 {
-        return Ok(());
-    }
-    Err(retry_after_ms(queued_ms.max(own_ms)))
-}
-
-/// A `retry_after_ms` for work estimated to take `ms`: at least 5 ms, at most 30 s (the
-/// longest deadline).
-pub fn retry_after_ms(ms: f64) -> u32 {
-    ms.clamp(5.0, 30_000.0).round() as u32
+    within_deadline(queued_ms, own_ms, left)
 }
 
 /// Everything admission weighs for one escalation, read at one instant.

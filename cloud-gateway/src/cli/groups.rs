@@ -284,6 +284,11 @@ pub struct EnginesArgs {
     /// Requests in flight per worker before devices get `Busy`.
     #[arg(long, env = "DUET_ENGINE_MAX_IN_FLIGHT", default_value_t = pool().max_in_flight_per_worker)]
     pub engine_max_in_flight: usize,
+    /// Admission to engine workers: `cost` refuses `Busy` at once when no worker's queue (its
+    /// requests in flight, in tokens, at its learned time per token) lets an escalation be
+    /// answered before its deadline; `off` sends it while a worker has room, to time out.
+    #[arg(long, env = "DUET_ENGINE_ADMISSION", default_value = "cost", value_parser = ["cost", "off"])]
+    pub engine_admission: String,
     /// Attempts per escalation, on different workers, while its deadline allows (1..=16).
     #[arg(long, env = "DUET_ENGINE_MAX_ATTEMPTS", default_value_t = pool().max_attempts)]
     pub engine_max_attempts: u32,
@@ -305,6 +310,7 @@ impl EnginesArgs {
         let pool = PoolConfig {
             engines: self.engines.clone(),
             max_in_flight_per_worker: self.engine_max_in_flight,
+            admit_by_cost: self.engine_admission != "off",
             max_attempts: self.engine_max_attempts,
             pick: PickPolicy { routing, ..defaults.pick },
             breaker: BreakerConfig { failure_threshold: self.engine_breaker_failures, open_for: Duration::from_millis(self.engine_breaker_open_ms), ..defaults.breaker },

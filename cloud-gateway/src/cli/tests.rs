@@ -178,3 +178,15 @@ fn engine_flags_map_onto_the_pool_and_a_bad_engine_is_refused_by_name() {
     assert!(err.contains("unknown engine `tgi`"), "{err}");
     assert!(GatewayArgs::parse_from(["cloud-gateway", "--engine-resolve-interval-ms=5"]).gateway_config().is_err());
 }
+
+#[test]
+fn engine_admission_by_cost_is_on_by_default_and_off_by_flag_or_file() {
+    assert!(GatewayArgs::parse_from(["cloud-gateway"]).gateway_config().unwrap().engines.pool.admit_by_cost);
+    assert!(!GatewayArgs::parse_from(["cloud-gateway", "--engine-admission=off"]).gateway_config().unwrap().engines.pool.admit_by_cost);
+    assert!(GatewayArgs::try_parse_from(["cloud-gateway", "--engine-admission=maybe"]).is_err());
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("gateway.toml");
+    std::fs::write(&f, "[engines]\nengine-admission = \"off\"\n").unwrap();
+    let args = GatewayArgs::from_argv(argv(&["cloud-gateway", "--config", f.to_str().unwrap()])).unwrap();
+    assert!(!args.gateway_config().unwrap().engines.pool.admit_by_cost, "the [engines] key");
+}

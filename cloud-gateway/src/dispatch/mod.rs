@@ -11,6 +11,10 @@
 //! ([`Pending`]). Dropping a [`Pending`] cancels the work (before its batch for the batcher,
 //! mid-request for an engine).
 //!
+//! Admission by cost is one rule both paths apply to what is ahead of an escalation on their
+//! side ([`admission`]: the learned cost model, the test against the deadline, the retry hint),
+//! so a device hears `Busy` for the same reason whichever path serves.
+//!
 //! Fairness between devices is one policy both paths apply to their own queue ([`fair`]: a
 //! virtual token counter per device): which waiting escalation goes next, and whose work is
 //! refused first when the path is full.
@@ -19,6 +23,7 @@
 //! pool's `backend` span with one `engine_request` per HTTP attempt) under the caller's
 //! current span, the connection's `gateway.escalation`.
 
+pub mod admission;
 mod contract;
 pub mod draft;
 pub mod fair;

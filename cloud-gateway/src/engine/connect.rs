@@ -14,11 +14,13 @@ use model_runtime::tokenizer::Tokenizer;
 use super::client::EngineClient;
 use super::discovery::{Discovery, Resolve, SystemResolver};
 use super::llamacpp::LlamaCppDialect;
+use super::pool::admission::DEFAULT_START;
 use super::pool::{EnginePool, PoolConfig};
 use super::sglang::SglangDialect;
 use super::verify::{verify_engine, ExpectedVocabulary, PROBE_TEXT};
 use super::vllm::{VllmApi, VllmDialect, OPENAPI_PATH};
 use super::{Dialect, EngineKind, EngineModel, EngineSpec, HttpCall, NextTokenRequest};
+use crate::dispatch::admission::CostModel;
 use crate::dispatch::ModelFacts;
 
 /// Context length assumed for engines that do not report theirs.
@@ -115,19 +117,36 @@ fn client_for(spec: &EngineSpec, pin: Option<IpAddr>, dialect: Arc<dyn Dialect>)
 /// [`WARM_UP_LIMIT`]. Bounded so that a gateway restarting while engines are saturated (its
 /// request queued behind the other replicas') starts in time: every worker once, 30 s each, kept
 /// a restarted replica from opening its ports for most of a minute under load.
+///
+/// Then, within the same limit, a prompt of [`WARM_UP_PREFILL`] new tokens: the time per token
+/// of prefill beyond the first request's is where the workers' cost models start
+/// ([`EnginePool::set_start`], for admission by cost) until their requests teach them.
 async fn warm_up(pool: &EnginePool) -> u32 {
     let sampling = Default::default();
     let request = NextTokenRequest { context: &[0], sampling: &sampling, seed: None, max_new_tokens: 1, top_logprobs: 0, slot: None };
     let Some(w) = pool.workers().first().cloned() else { return 0 };
     let t = Instant::now();
-    match w.client().next_token(&request, WARM_UP_LIMIT).await {
-        Ok(_) => t.elapsed().as_millis().clamp(1, u128::from(u32::MAX)) as u32,
+    let one_ms = match w.client().next_token(&request, WARM_UP_LIMIT).await {
+        Ok(_) => t.elapsed().as_secs_f64() * 1e3,
         Err(e) => {
             tracing::warn!(worker = w.label(), error = %e, "engine warm-up request failed or was slow: the first escalations will measure the service time");
-            0
+            return 0;
         }
-    }
+    };
+    let prompt: Vec<u32> = (0..WARM_UP_PREFILL as u32).map(|i| 100 + i).collect();
+    let long = NextTokenRequest { context: &prompt, ..request };
+    let t = Instant::now();
+    let token_ms = match w.client().next_token(&long, WARM_UP_LIMIT.saturating_sub(Duration::from_secs_f64(one_ms / 1e3))).await {
+        Ok(_) => (t.elapsed().as_secs_f64() * 1e3 - one_ms).max(0.0) / (WARM_UP_PREFILL - 1) as f64,
+        Err(_) => DEFAULT_START.token_ms,
+    };
+    pool.set_start(CostModel { batch_ms: one_ms, token_ms });
+    tracing::debug!(worker = w.label(), one_ms, token_ms, "engine warm-up: the cost model's start");
+    one_ms.round().clamp(1.0, f64::from(u32::MAX)) as u32
 }
+
+/// Tokens of the warm-up's prefill, from which the time per token of prefill starts.
+const WARM_UP_PREFILL: usize = 32;
 
 /// Longest warm-up request at start-up.
 pub const WARM_UP_LIMIT: Duration = Duration::from_secs(2);

@@ -1,6 +1,7 @@
 //! The engine pool as one of the gateway's two LLM paths: its side of the [`Dispatch`] seam.
 //!
-//! No queue: an escalation is refused `Busy` at once when no worker has room, or when its
+//! No queue: an escalation is refused `Busy` at once when no worker has room, when no worker
+//! with room can answer it before its deadline (`super::admission`: for its cost), or when its
 //! device holds its fair share of a pool at least half full (`super::share`), and otherwise
 //! becomes one request on the pool ([`EnginePool::answer`]) on a task of its own, dropped
 //! mid-request as soon as the device stops waiting; a greedy escalation's draft is checked in
@@ -15,7 +16,7 @@ use common::telemetry::TRACE_TARGET;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use super::{EnginePool, PoolError};
+use super::{Admitted, EnginePool, PoolError};
 use crate::dispatch::{Busy, BusyReason, Dispatch, LlmError, LlmRequest, Outcome};
 use crate::engine::EngineError;
 use crate::sessions::SessionKey;
@@ -27,9 +28,7 @@ pub struct EngineDispatch(pub Arc<EnginePool>);
 impl Dispatch for EngineDispatch {
     fn try_submit(&self, request: LlmRequest, deadline: Instant, now: Instant) -> Result<oneshot::Receiver<Outcome>, Busy> {
         let pool = &self.0;
-        if !pool.has_room(now) {
-            return Err(Busy { retry_after_ms: pool.service_ms().max(5), reason: BusyReason::Capacity });
-        }
+        let admitted = pool.admit(&request, deadline, now)?;
         let Some(share) = pool.take_share(&request.session.device) else {
             return Err(Busy { retry_after_ms: pool.service_ms().max(5), reason: BusyReason::Share });
         };
@@ -43,7 +42,8 @@ impl Dispatch for EngineDispatch {
         let pool = Arc::clone(pool);
         tokio::spawn(
             async move {
-                run(pool, request, deadline, tx).await;
+                run(pool, request, deadline, tx, &admitted).await;
+                drop(admitted);
                 drop(share);
             }
             .instrument(span),
@@ -52,8 +52,10 @@ impl Dispatch for EngineDispatch {
     }
 
     /// Engines keep no per-session state the gateway owns (their prefix caches age out on
-    /// their own).
-    fn end_session(&self, _key: SessionKey) {}
+    /// their own); the pool forgets which worker held the session's context.
+    fn end_session(&self, key: SessionKey) {
+        self.0.forget(&key);
+    }
 
     fn service_ms(&self) -> u32 {
         self.0.service_ms()
@@ -77,10 +79,10 @@ impl Dispatch for EngineDispatch {
 /// One escalation on the pool: answered with its token (a draft's verdict for a greedy one
 /// with a draft), a failure or `Expired`; abandoned (its HTTP request dropped) as soon as the
 /// device stops waiting.
-async fn run(pool: Arc<EnginePool>, request: LlmRequest, deadline: Instant, mut reply: oneshot::Sender<Outcome>) {
+async fn run(pool: Arc<EnginePool>, request: LlmRequest, deadline: Instant, mut reply: oneshot::Sender<Outcome>, admitted: &Admitted) {
     let started = Instant::now();
     let result = tokio::select! {
-        r = pool.answer(&request, deadline) => r,
+        r = pool.answer(&request, deadline, admitted) => r,
         _ = reply.closed() => {
             tracing::Span::current().record("outcome", "cancelled");
             return;

@@ -13,6 +13,10 @@
 //!   carry their seed).
 //! - **Bounded**: at most `max_in_flight` requests per worker; when no worker has room the
 //!   gateway answers `Busy` at once ([`EnginePool::has_room`]).
+//! - **Admission by cost** ([`admission`]): each worker's admitted requests are counted in
+//!   tokens against a cost model learned from the requests it answered; an escalation goes only
+//!   to a worker whose queue lets it be answered before its deadline, and hears `Busy` at once
+//!   when none does ([`EnginePool::admit`], before any request is sent).
 //! - **Membership**: workers join (verified first) and leave (drained: no new picks, requests
 //!   in flight finish) while the pool serves, as discovered engines' names resolve to other
 //!   addresses ([`membership`], [`crate::engine::discovery`]). The set is replaced as a whole,
@@ -22,6 +26,7 @@
 //! this module is the async shell that applies them and records the per-worker metrics, and
 //! [`dispatch`] puts the pool behind the gateway's LLM seam ([`crate::dispatch`]).
 
+pub mod admission;
 pub mod breaker;
 pub mod dispatch;
 pub mod health;
@@ -29,6 +34,7 @@ pub mod membership;
 pub mod pick;
 pub mod share;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -37,13 +43,15 @@ use common::sampling::SamplingParams;
 use rand::Rng;
 use tokio::task::JoinHandle;
 
+use self::admission::{Load, Offer, DEFAULT_START};
 use self::breaker::{BreakerConfig, BreakerState, CircuitBreaker, Transition};
 use self::health::{HealthConfig, HealthTracker};
 use self::pick::{choose, rendezvous_order, Candidate, PickPolicy};
 use self::share::{DeviceSlot, DeviceSlots};
 use super::client::EngineClient;
 use super::{DraftCheckRequest, EngineError, EngineReply, EngineSpec, NextTokenRequest};
-use crate::dispatch::{LlmRequest, LlmToken};
+use crate::dispatch::admission::CostModel;
+use crate::dispatch::{Busy, LlmRequest, LlmToken};
 use crate::sessions::SessionKey;
 
 /// Settings of an engine pool.
@@ -73,6 +81,9 @@ pub struct PoolConfig {
     /// Share the places fairly between devices: once half are taken, a device holding its
     /// share is refused first ([`share`]); the gateway's `[overload] fair-share` sets it.
     pub fair_share: bool,
+    /// Refuse `Busy` at once an escalation no worker's queue lets be answered before its
+    /// deadline ([`admission`]); off, only the in-flight bound refuses (`--engine-admission`).
+    pub admit_by_cost: bool,
 }
 
 impl Default for PoolConfig {
@@ -90,6 +101,7 @@ impl Default for PoolConfig {
             resolve_interval: Duration::from_secs(5),
             refused_retry: Duration::from_secs(30),
             fair_share: true,
+            admit_by_cost: true,
         }
     }
 }
@@ -118,6 +130,8 @@ pub struct Worker {
     retired: AtomicBool,
     in_flight: AtomicUsize,
     state: Mutex<WorkerState>,
+    /// What is admitted to it, in tokens, and its learned cost model (admission's estimate).
+    load: Mutex<Load>,
     /// Woken when health checks find the worker down: its requests in flight give up at once
     /// and retry elsewhere instead of waiting out their time on a worker that hangs.
     down: tokio::sync::Notify,
@@ -168,6 +182,11 @@ impl Worker {
         // A panic while holding this lock cannot leave the policy state half-updated in a way
         // worse than its last value; keep serving.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn load(&self) -> std::sync::MutexGuard<'_, Load> {
+        // Counts and a model: a panic cannot leave them worse than an estimate; keep serving.
+        self.load.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn record_transition(&self, t: Option<Transition>) {
@@ -233,11 +252,13 @@ pub struct WorkerSet {
     current: RwLock<Arc<Vec<Arc<Worker>>>>,
     breaker: BreakerConfig,
     health: HealthConfig,
+    /// The cost model a joining worker starts from (the warm-up's measure).
+    start: Mutex<CostModel>,
 }
 
 impl WorkerSet {
     fn new(breaker: BreakerConfig, health: HealthConfig) -> Self {
-        Self { current: RwLock::new(Arc::new(Vec::new())), breaker, health }
+        Self { current: RwLock::new(Arc::new(Vec::new())), breaker, health, start: Mutex::new(DEFAULT_START) }
     }
 
     /// The workers now, by engine position in the configuration, then label.
@@ -264,11 +285,21 @@ impl WorkerSet {
             in_flight: AtomicUsize::new(0),
             down: tokio::sync::Notify::new(),
             state: Mutex::new(WorkerState { breaker: CircuitBreaker::new(self.breaker), health: HealthTracker::new(self.health, true) }),
+            load: Mutex::new(Load::new(*self.start.lock().unwrap_or_else(|p| p.into_inner()))),
         });
         let mut next: Vec<Arc<Worker>> = current.iter().cloned().chain(std::iter::once(worker)).collect();
         next.sort_by(|a, b| (a.rank, &a.label).cmp(&(b.rank, &b.label)));
         *current = Arc::new(next);
         true
+    }
+
+    /// Start every worker that has learned nothing yet, and every one that joins later, from
+    /// `start` (the warm-up's measure).
+    pub fn set_start(&self, start: CostModel) {
+        *self.start.lock().unwrap_or_else(|p| p.into_inner()) = start;
+        for w in self.snapshot().iter() {
+            w.load().restart_from(start);
+        }
     }
 
     /// Take the worker labelled `label` out: no new request goes to it, those in flight
@@ -300,6 +331,11 @@ pub struct EnginePool {
     discovery: Option<tokio::task::AbortHandle>,
     /// Requests in flight per device, for fair shares of the places.
     slots: Arc<DeviceSlots>,
+    /// Per session, the worker its last escalation was admitted to and its context's length
+    /// then: what that worker's prefix cache holds (admission's [`admission::cost`]).
+    sessions: Mutex<HashMap<SessionKey, (String, usize)>>,
+    /// Admissions one at a time, so that each sees the ones before it in the workers' loads.
+    admitting: Mutex<()>,
 }
 
 impl Drop for EnginePool {
@@ -318,7 +354,17 @@ impl EnginePool {
         for (rank, client) in clients.into_iter().enumerate() {
             members.add(client, rank);
         }
-        Self { members, config, round_robin: AtomicU64::new(0), service_ms: AtomicU32::new(0), vocab_size, discovery: None, slots: Arc::default() }
+        Self {
+            members,
+            config,
+            round_robin: AtomicU64::new(0),
+            service_ms: AtomicU32::new(0),
+            vocab_size,
+            discovery: None,
+            slots: Arc::default(),
+            sessions: Mutex::default(),
+            admitting: Mutex::new(()),
+        }
     }
 
     /// A pool starting with the one worker `client` (of the engine at position `rank` of
@@ -374,6 +420,58 @@ impl EnginePool {
         self.service_ms.store(ms, Ordering::Relaxed);
     }
 
+    /// Start the workers' cost models from `start` (the warm-up's measure) until they learn.
+    pub fn set_start(&self, start: CostModel) {
+        self.members.set_start(start);
+    }
+
+    /// Admit `request` at `now` to the worker it will be sent to first, or refuse it `Busy`
+    /// at once: for capacity when no worker is open with room, for its cost when none of
+    /// those can answer it before `deadline` ([`admission::decide`]; with `admit_by_cost` off,
+    /// the count bound alone). The admitted request counts in that worker's load until the
+    /// [`Admitted`] is dropped.
+    pub fn admit(&self, request: &LlmRequest, deadline: Instant, now: Instant) -> Result<Admitted, Busy> {
+        let workers = self.members.snapshot();
+        let labels: Vec<&str> = workers.iter().map(|w| w.label.as_str()).collect();
+        let order = rendezvous_order(&session_hash_key(&request.session), &labels);
+        let rr = self.round_robin.fetch_add(1, Ordering::Relaxed);
+        let last = self.sessions.lock().unwrap_or_else(|p| p.into_inner()).get(&request.session).cloned();
+        let _one_at_a_time = self.admitting.lock().unwrap_or_else(|p| p.into_inner());
+        let views: Vec<admission::Worker> = order
+            .iter()
+            .map(|&index| {
+                let w = &workers[index];
+                let load = w.load();
+                let held = last.as_ref().filter(|(label, _)| *label == w.label).map(|(_, len)| *len);
+                let offer = Offer { ahead: load.ahead(), model: load.model(), cost: admission::cost(request.context.len(), request.draft.len(), held) };
+                let in_flight = w.in_flight().max(offer.ahead.requests);
+                admission::Worker { index, open: in_flight < self.config.max_in_flight_per_worker && w.is_available(now), in_flight, offer }
+            })
+            .collect();
+        let left = deadline.saturating_duration_since(now);
+        let first = admission::decide(&views, &self.config.pick, rr, left, self.config.admit_by_cost, self.service_ms())?;
+        let cost = views.iter().find(|v| v.index == first).map_or(1, |v| v.offer.cost);
+        let load_id = workers[first].load().reserve(cost, now);
+        self.remember(&request.session, &workers[first].label, request.context.len());
+        Ok(Admitted { workers, order, rr, first, load_id, answered: AtomicBool::new(false) })
+    }
+
+    /// Note that `session`'s context of `len` tokens goes to the worker labelled `label`.
+    fn remember(&self, session: &SessionKey, label: &str, len: usize) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        if sessions.len() >= MAX_SESSIONS_REMEMBERED && !sessions.contains_key(session) {
+            // Sessions are forgotten as they end; this only bounds a leak. Forgetting costs
+            // an estimate (the whole context instead of its delta), never an answer.
+            sessions.clear();
+        }
+        sessions.insert(session.clone(), (label.to_string(), len));
+    }
+
+    /// A session ended: forget which worker holds its context.
+    pub fn forget(&self, session: &SessionKey) {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner()).remove(session);
+    }
+
     /// Requests in flight on all workers (of the pool now: a removed worker's last requests
     /// are not counted).
     pub fn in_flight(&self) -> usize {
@@ -413,11 +511,11 @@ impl EnginePool {
     /// many draft tokens it accepts and its token after them). A sampled request's draft is not
     /// checked (an engine's choices are its argmax, not the seeded draws the device would get
     /// position by position): its token at the hard position, `accepted` 0.
-    pub async fn answer(&self, request: &LlmRequest, deadline: Instant) -> Result<LlmToken, PoolError> {
-        let workers = self.members.snapshot();
-        let labels: Vec<&str> = workers.iter().map(|w| w.label.as_str()).collect();
-        let order = rendezvous_order(&session_hash_key(&request.session), &labels);
-        let rr = self.round_robin.fetch_add(1, Ordering::Relaxed);
+    ///
+    /// The first attempt goes to the worker `admitted` names ([`EnginePool::admit`]), a retry
+    /// to another as the pick chooses.
+    pub async fn answer(&self, request: &LlmRequest, deadline: Instant, admitted: &Admitted) -> Result<LlmToken, PoolError> {
+        let (workers, order, rr) = (&admitted.workers, &admitted.order, admitted.rr);
         let sampling = request.sampling;
         let seed = seed_for(&sampling, request.seq);
         let next = NextTokenRequest { context: &request.context, sampling: &sampling, seed, max_new_tokens: 1, top_logprobs: 0, slot: None };
@@ -440,7 +538,8 @@ impl EnginePool {
                     Candidate { index, eligible: w.in_flight() < self.config.max_in_flight_per_worker && w.is_available(now), in_flight: w.in_flight() }
                 })
                 .collect();
-            let Some(index) = choose(&candidates, &self.config.pick, &tried, rr) else {
+            let pick = if attempt == 0 { Some(admitted.first) } else { choose(&candidates, &self.config.pick, &tried, rr) };
+            let Some(index) = pick else {
                 return Err(match last_error {
                     Some(EngineError::Timeout) if Instant::now() >= deadline => PoolError::DeadlineExpired(last_error),
                     Some(e) => PoolError::Engine(e),
@@ -476,6 +575,9 @@ impl EnginePool {
             match result {
                 Ok((verdict, reply)) => {
                     slot.succeeded(done);
+                    if index == admitted.first {
+                        admitted.answered.store(true, Ordering::Relaxed);
+                    }
                     self.record_success(worker, &reply, seconds, ask.draft().len(), verdict.accepted as usize);
                     return Ok(verdict);
                 }
@@ -589,6 +691,33 @@ impl Ask<'_> {
             Self::Next(_) => &[],
             Self::Draft(r) => r.draft,
         }
+    }
+}
+
+/// Sessions remembered at most for their last worker (the gateway's session store holds
+/// fewer; sessions are forgotten as they end).
+const MAX_SESSIONS_REMEMBERED: usize = 1 << 16;
+
+/// An escalation admitted to a worker ([`EnginePool::admit`]): counted in that worker's load
+/// until dropped, when the worker's cost model learns what it took (if that worker answered
+/// it, or it ran past its estimate unanswered).
+pub struct Admitted {
+    /// The workers when it was admitted (a retry picks among these).
+    workers: Arc<Vec<Arc<Worker>>>,
+    /// Its session's rendezvous order over them.
+    order: Vec<usize>,
+    rr: u64,
+    /// The worker it goes to first.
+    first: usize,
+    load_id: u64,
+    /// Whether the first worker answered it.
+    answered: AtomicBool,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let answered = self.answered.load(Ordering::Relaxed);
+        self.workers[self.first].load().finish(self.load_id, answered, Instant::now());
     }
 }
 

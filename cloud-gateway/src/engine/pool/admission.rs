@@ -1,0 +1,305 @@
+//! Admission on the engine path: refuse an escalation `Busy` at once when no eligible worker
+//! can answer it before its deadline, instead of sending it and answering `Expired` when the
+//! deadline passes.
+//!
+//! The count bound (`max_in_flight` per worker) alone let a worker's queue grow until every
+//! request on it missed its deadline: under 3x overload a device waited out its whole deadline
+//! for nothing. Engines keep their queue to themselves, so the pool estimates each worker's
+//! from what it sent there: the requests admitted and not finished, each with the tokens it
+//! runs ([`cost`]: the part of its context the worker's prefix cache does not hold, its draft,
+//! at least one), and a [`CostModel`] per worker, the seam's (a fixed time per step plus a time
+//! per token). An escalation is admitted to a worker when the work ahead there and its own
+//! fit the time to its deadline, by the rule both paths share
+//! ([`crate::dispatch::admission::within_deadline`]); [`decide`] picks among the workers that
+//! fit as the pool picks ([`super::pick::choose`]: its sticky worker first), and when none
+//! fits answers `Busy` (reason `cost`) with the soonest any of them should have room.
+//!
+//! The model learns from each request as it ends ([`Load::finish`]): what it took against the
+//! work that was ahead of it plus its own, so the estimate is calibrated on what it predicts
+//! (an engine's batching, its prefix-cache misses and its slots' queue all end up in it). A
+//! request that ends unanswered (its deadline passed, its device left) after longer than
+//! predicted teaches the time it took as a lower bound: a model that admits too much would
+//! otherwise see only timeouts and never learn. Until a worker has taught anything its model
+//! is the start the warm-up measured ([`DEFAULT_START`] without one).
+//!
+//! A worker with nothing in flight admits whatever it is offered: a cost model learned under
+//! load (queueing included) may overestimate an idle worker, and a session refused for its own
+//! prefill on an idle worker would be refused for good (the batcher warms such a session; an
+//! engine has no way to be told to). The device's deadline already allows for its own prefill.
+//!
+//! Pure: the pool's shell reads the loads, the clock and the session's last worker, and
+//! applies the decision (`super::EnginePool::admit`).
+
+use std::time::{Duration, Instant};
+
+use super::pick::{choose, Candidate, PickPolicy};
+use crate::dispatch::admission::{within_deadline, CostModel};
+use crate::dispatch::{Busy, BusyReason};
+
+/// The cost model a worker starts from when no warm-up measured one: 50 ms per request and
+/// 1 ms per token of prefill (between a GPU engine's and a CPU one's: either way its first
+/// requests correct it).
+pub const DEFAULT_START: CostModel = CostModel { batch_ms: 50.0, token_ms: 1.0 };
+
+/// What is admitted to one worker and not finished yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ahead {
+    /// Requests.
+    pub requests: usize,
+    /// Their tokens ([`cost`] each).
+    pub tokens: usize,
+}
+
+/// One admitted request on a worker.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    id: u64,
+    tokens: usize,
+    since: Instant,
+    /// What was ahead of it when it was admitted.
+    ahead: Ahead,
+    /// How long the model said it would take, ms.
+    predicted_ms: f64,
+}
+
+/// One worker's admitted work and its learned cost model.
+#[derive(Debug)]
+pub struct Load {
+    entries: Vec<Entry>,
+    next_id: u64,
+    model: CostModel,
+    /// Requests it has learned from.
+    observed: u64,
+}
+
+impl Load {
+    /// Nothing admitted, the model at `start`.
+    pub fn new(start: CostModel) -> Self {
+        Self { entries: Vec::new(), next_id: 0, model: start, observed: 0 }
+    }
+
+    /// What is admitted and not finished.
+    pub fn ahead(&self) -> Ahead {
+        Ahead { requests: self.entries.len(), tokens: self.entries.iter().map(|e| e.tokens).sum() }
+    }
+
+    /// The cost model now.
+    pub fn model(&self) -> CostModel {
+        self.model
+    }
+
+    /// Requests it has learned from so far.
+    pub fn observed(&self) -> u64 {
+        self.observed
+    }
+
+    /// Start from `start` instead, unless a request has already taught it something.
+    pub fn restart_from(&mut self, start: CostModel) {
+        if self.observed == 0 {
+            self.model = start;
+        }
+    }
+
+    /// Count a request of `tokens` admitted at `now`; its id, for [`Load::finish`].
+    pub fn reserve(&mut self, tokens: usize, now: Instant) -> u64 {
+        let ahead = self.ahead();
+        let predicted_ms = predicted_ms(&self.model, ahead, tokens);
+        let id = self.next_id;
+        self.next_id += 1;
+        self.entries.push(Entry { id, tokens, since: now, ahead, predicted_ms });
+        id
+    }
+
+    /// The request `id` ended at `now`, answered or not: it is no longer ahead of anyone, and
+    /// the model learns what it took (an unanswered one only when it ran past its prediction:
+    /// a lower bound).
+    pub fn finish(&mut self, id: u64, answered: bool, now: Instant) {
+        let Some(i) = self.entries.iter().position(|e| e.id == id) else { return };
+        let e = self.entries.swap_remove(i);
+        let ms = now.saturating_duration_since(e.since).as_secs_f64() * 1e3;
+        if answered || ms > e.predicted_ms {
+            self.model.observe(e.ahead.requests + 1, e.ahead.tokens + e.tokens, ms);
+            self.observed += 1;
+        }
+    }
+}
+
+/// What a request of `tokens` behind `ahead` is predicted to take, ms: the whole batch of work
+/// as the model runs it (engines batch what they hold continuously: one step, then tokens).
+fn predicted_ms(model: &CostModel, ahead: Ahead, tokens: usize) -> f64 {
+    model.estimate_ms(ahead.requests + 1, ahead.tokens + tokens, usize::MAX)
+}
+
+/// Tokens an escalation runs on a worker: the part of its `context_len` tokens of context that
+/// the worker's prefix cache does not hold (`held`: the length of the session's last context
+/// sent to that worker, if it was that worker), plus its draft's `draft_len`; at least one (its
+/// own step). A context shorter than what is held is a new one: all of it.
+pub fn cost(context_len: usize, draft_len: usize, held: Option<usize>) -> usize {
+    let prefill = match held {
+        Some(h) if h <= context_len => context_len - h,
+        _ => context_len,
+    };
+    (prefill + draft_len).max(1)
+}
+
+/// An escalation of `cost` tokens offered to a worker holding `ahead`, whose model is `model`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Offer {
+    /// What is admitted there and not finished.
+    pub ahead: Ahead,
+    /// The worker's cost model.
+    pub model: CostModel,
+    /// Tokens the escalation runs there ([`cost`]).
+    pub cost: usize,
+}
+
+impl Offer {
+    /// `Ok` when the work ahead and the escalation's own fit `left` (always on an idle worker:
+    /// see the module docs); else the retry hint.
+    pub fn fits(&self, left: Duration) -> Result<(), u32> {
+        if self.ahead.requests == 0 {
+            return Ok(());
+        }
+        let queued_ms = self.model.estimate_ms(self.ahead.requests, self.ahead.tokens, usize::MAX);
+        // Its own step is not held against it (devices' deadlines allow for the service time),
+        // as on the batcher's path.
+        let own_ms = self.cost.saturating_sub(1) as f64 * self.model.token_ms;
+        within_deadline(queued_ms, own_ms, left)
+    }
+}
+
+/// One worker as admission sees it, in the session's rendezvous order.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Worker {
+    /// Its index in the pool's worker set (what [`decide`] returns).
+    pub index: usize,
+    /// Healthy, its breaker lets a request through, below its in-flight limit.
+    pub open: bool,
+    /// Requests in flight to it (the pick's load-skew rule).
+    pub in_flight: usize,
+    /// The escalation there.
+    pub offer: Offer,
+}
+
+/// Where to send an escalation with `left` to its deadline, of `workers` (in its session's
+/// rendezvous order): the worker [`choose`] picks among the open ones that fit (with `by_cost`
+/// off, among the open ones: the count bound alone). `Busy` when none: for its cost, with the
+/// soonest retry hint of the open workers, when some are open; else for capacity, retrying
+/// after `service_ms`.
+pub fn decide(workers: &[Worker], policy: &PickPolicy, rr_counter: u64, left: Duration, by_cost: bool, service_ms: u32) -> Result<usize, Busy> {
+    let fits = |w: &Worker| !by_cost || w.offer.fits(left).is_ok();
+    let candidates: Vec<Candidate> = workers.iter().map(|w| Candidate { index: w.index, eligible: w.open && fits(w), in_flight: w.in_flight }).collect();
+    if let Some(index) = choose(&candidates, policy, &[], rr_counter) {
+        return Ok(index);
+    }
+    let soonest = workers.iter().filter(|w| w.open).filter_map(|w| w.offer.fits(left).err()).min();
+    Err(match soonest {
+        Some(retry_after_ms) => Busy { retry_after_ms, reason: BusyReason::Cost },
+        None => Busy { retry_after_ms: service_ms.max(5), reason: BusyReason::Capacity },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+    /// A CPU engine: 100 ms per request, 20 ms per token of prefill.
+    const CPU: CostModel = CostModel { batch_ms: 100.0, token_ms: 20.0 };
+
+    fn worker(index: usize, ahead: Ahead, cost: usize) -> Worker {
+        Worker { index, open: true, in_flight: ahead.requests, offer: Offer { ahead, model: CPU, cost } }
+    }
+
+    #[test]
+    fn an_escalation_costs_what_its_workers_cache_lacks_and_its_draft() {
+        assert_eq!(cost(120, 0, Some(100)), 20, "its delta on the worker that saw the rest");
+        assert_eq!(cost(120, 0, None), 120, "all of it on another worker");
+        assert_eq!(cost(120, 4, Some(100)), 24, "draft tokens run like context tokens");
+        assert_eq!(cost(100, 0, Some(100)), 1, "at least its own step");
+        assert_eq!(cost(50, 0, Some(100)), 50, "a shorter context is a new one");
+    }
+
+    #[test]
+    fn a_worker_whose_queue_misses_the_deadline_refuses_busy_for_cost_with_its_drain_time() {
+        // Ten requests of 20 tokens ahead: 100 ms + 190 x 20 ms = 3.9 s.
+        let ahead = Ahead { requests: 10, tokens: 200 };
+        let left = 2_000 * MS;
+        let refused = decide(&[worker(0, ahead, 6)], &PickPolicy::default(), 0, left, true, 80).unwrap_err();
+        assert_eq!(refused, Busy { retry_after_ms: 3_900, reason: BusyReason::Cost });
+        assert_eq!(decide(&[worker(0, ahead, 6)], &PickPolicy::default(), 0, 4_100 * MS, true, 80), Ok(0), "3.9 s + 5 tokens fit 4.1 s");
+        assert_eq!(decide(&[worker(0, ahead, 6)], &PickPolicy::default(), 0, left, false, 80), Ok(0), "admission by count only: sent anyway");
+    }
+
+    #[test]
+    fn a_session_leaves_its_sticky_worker_only_for_one_that_can_answer_in_time() {
+        let busy = worker(3, Ahead { requests: 10, tokens: 200 }, 6);
+        let idle_other = worker(1, Ahead::default(), 120);
+        assert_eq!(decide(&[busy, idle_other], &PickPolicy::default(), 0, 2_000 * MS, true, 80), Ok(1));
+        let loaded_other = worker(1, Ahead { requests: 2, tokens: 40 }, 120);
+        // There: 100 ms + 38 x 20 ms queued, then 119 x 20 ms of its own context: 3.2 s.
+        let refused = decide(&[busy, loaded_other], &PickPolicy::default(), 0, 2_000 * MS, true, 80).unwrap_err();
+        assert_eq!(refused, Busy { retry_after_ms: 2_380, reason: BusyReason::Cost }, "the soonest hint of the two");
+    }
+
+    #[test]
+    fn an_idle_worker_admits_even_what_its_model_says_is_too_long() {
+        let full = worker(0, Ahead::default(), 4_000);
+        assert_eq!(decide(&[full], &PickPolicy::default(), 0, 1_000 * MS, true, 80), Ok(0));
+    }
+
+    #[test]
+    fn with_no_open_worker_the_refusal_is_for_capacity_after_one_service_time() {
+        let closed = Worker { open: false, ..worker(0, Ahead::default(), 1) };
+        assert_eq!(decide(&[closed], &PickPolicy::default(), 0, 10_000 * MS, true, 80), Err(Busy { retry_after_ms: 80, reason: BusyReason::Capacity }));
+        assert_eq!(decide(&[], &PickPolicy::default(), 0, 10_000 * MS, true, 0), Err(Busy { retry_after_ms: 5, reason: BusyReason::Capacity }));
+    }
+
+    #[test]
+    fn the_load_counts_admitted_work_until_it_ends_and_learns_what_it_took() {
+        let t0 = Instant::now();
+        let mut load = Load::new(CostModel { batch_ms: 100.0, token_ms: 1.0 });
+        let a = load.reserve(50, t0);
+        let b = load.reserve(50, t0);
+        assert_eq!(load.ahead(), Ahead { requests: 2, tokens: 100 });
+        // `b` had 50 tokens ahead: 2 requests, 100 tokens in 1.1 s teach 10 ms per extra token.
+        load.finish(b, true, t0 + 1_080 * MS);
+        assert_eq!(load.ahead(), Ahead { requests: 1, tokens: 50 });
+        assert!((load.model().token_ms - (0.8 * 1.0 + 0.2 * 10.0)).abs() < 1e-9, "{:?}", load.model());
+        load.finish(a, false, t0 + 10 * MS);
+        assert_eq!(load.ahead(), Ahead::default());
+        assert_eq!(load.observed(), 1, "an unanswered request ended before its prediction teaches nothing");
+        load.finish(a, true, t0 + 10 * MS);
+        assert_eq!(load.observed(), 1, "an id ends once");
+    }
+
+    #[test]
+    fn a_request_that_times_out_past_its_prediction_raises_the_model_so_admission_catches_up() {
+        let t0 = Instant::now();
+        let mut load = Load::new(CostModel { batch_ms: 50.0, token_ms: 1.0 });
+        for _ in 0..20 {
+            load.reserve(20, t0);
+        }
+        // Predicted for the last: 50 ms + 399 x 1 ms = 0.45 s; the deadline passes at 2 s.
+        let last = load.reserve(20, t0);
+        let before = load.model().token_ms;
+        load.finish(last, false, t0 + 2_000 * MS);
+        assert!(load.model().token_ms > before, "{:?}", load.model());
+        assert_eq!(load.observed(), 1);
+    }
+
+    #[test]
+    fn a_measured_start_replaces_the_default_only_before_anything_was_learned() {
+        let t0 = Instant::now();
+        let measured = CostModel { batch_ms: 80.0, token_ms: 25.0 };
+        let mut fresh = Load::new(DEFAULT_START);
+        fresh.restart_from(measured);
+        assert_eq!(fresh.model(), measured);
+        let mut taught = Load::new(DEFAULT_START);
+        let id = taught.reserve(1, t0);
+        taught.finish(id, true, t0 + 40 * MS);
+        let learned = taught.model();
+        taught.restart_from(measured);
+        assert_eq!(taught.model(), learned);
+    }
+}
