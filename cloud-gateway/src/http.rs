@@ -1,5 +1,6 @@
 //! The HTTP side port: Prometheus `/metrics`, liveness `/healthz`, readiness `/readyz`, and
-//! the operator's `POST /drain`.
+//! the operator's `POST /drain`. `/metrics` sets the queue age
+//! (`duet_gateway_queue_age_seconds`, [`crate::dispatch::waiting`]) as it is scraped.
 //!
 //! Separate from QUIC so that an orchestrator (Kubernetes probes, Prometheus) can watch the
 //! gateway with plain HTTP; readiness turns false when the LLM path cannot take work (the
@@ -47,7 +48,10 @@ pub fn prometheus() -> Option<&'static PrometheusHandle> {
         .as_ref()
 }
 
-async fn metrics_text() -> (StatusCode, String) {
+async fn metrics_text(State(shared): State<Arc<Shared>>) -> (StatusCode, String) {
+    // Read at scrape time: set only as escalations come and go, it would stand still while the
+    // oldest one waits.
+    metrics::gauge!("duet_gateway_queue_age_seconds").set(shared.llm.queue_age().as_secs_f64());
     match prometheus() {
         Some(h) => (StatusCode::OK, h.render()),
         None => (StatusCode::SERVICE_UNAVAILABLE, "metrics recorder unavailable\n".into()),

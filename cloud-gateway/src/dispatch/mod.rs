@@ -7,7 +7,8 @@
 //! implements [`Dispatch`]; connections hold a [`Dispatcher`] and never learn which it is.
 //!
 //! What is common to both is done here, once: the drain's admission window, the refusal
-//! (`Busy`) and outcome metrics, and answering at the deadline whatever still holds the work
+//! (`Busy`) and outcome metrics, the queue age (how long the oldest escalation not answered
+//! yet has waited: [`waiting`]), and answering at the deadline whatever still holds the work
 //! ([`Pending`]). Dropping a [`Pending`] cancels the work (before its batch for the batcher,
 //! mid-request for an engine).
 //!
@@ -28,9 +29,10 @@ mod contract;
 pub mod draft;
 pub mod fair;
 mod pending;
+pub mod waiting;
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use common::exchange::gateway::DRAINING_RETRY_AFTER_MS;
 use common::exchange::Drain;
@@ -38,6 +40,7 @@ use tokio::sync::{oneshot, watch};
 
 pub use contract::{Busy, BusyReason, LlmError, LlmRequest, LlmToken, ModelFacts, Outcome};
 pub use pending::Pending;
+use waiting::Waiting;
 
 use crate::sessions::SessionKey;
 
@@ -63,12 +66,14 @@ pub trait Dispatch: Send + Sync + 'static {
 pub struct Dispatcher {
     path: Arc<dyn Dispatch>,
     drain: watch::Receiver<Option<Drain>>,
+    /// The escalations admitted and not answered yet, for the queue age.
+    waiting: Arc<Waiting>,
 }
 
 impl Dispatcher {
     /// `path`, refusing work once the drain watched through `drain` stops taking it.
     pub fn new(path: Arc<dyn Dispatch>, drain: watch::Receiver<Option<Drain>>) -> Self {
-        Self { path, drain }
+        Self { path, drain, waiting: Arc::default() }
     }
 
     /// Admit `request` and start it, or refuse at once (draining past the admission window,
@@ -82,7 +87,7 @@ impl Dispatcher {
             false => self.path.try_submit(request, deadline, now),
         };
         match submitted {
-            Ok(rx) => Ok(Pending::new(rx, deadline)),
+            Ok(rx) => Ok(Pending::new(rx, deadline).waiting(self.waiting.enter(now))),
             Err(busy) => {
                 pending::count_busy(busy.reason);
                 Err(busy)
@@ -103,6 +108,12 @@ impl Dispatcher {
     /// Escalations admitted and not yet answered.
     pub fn in_flight(&self) -> usize {
         self.path.in_flight()
+    }
+
+    /// How long the oldest escalation admitted and not answered yet has waited (zero when
+    /// none waits): the queue age `/metrics` reports as `duet_gateway_queue_age_seconds`.
+    pub fn queue_age(&self) -> Duration {
+        self.waiting.oldest_age(Instant::now())
     }
 
     /// Why the gateway's LLM cannot take work now, if it cannot (for `/readyz`).

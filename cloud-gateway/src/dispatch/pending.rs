@@ -1,12 +1,14 @@
 //! An admitted escalation's answer still to come, and the metrics both LLM paths share:
-//! every admitted escalation is counted once, as answered, failed, expired or cancelled, and
-//! every refusal once, by reason.
+//! every admitted escalation is counted once, as answered, failed, expired (its deadline
+//! missed) or cancelled, and every refusal once, by reason; while it waits, it counts among
+//! the waiting whose oldest gives the queue age ([`super::waiting`]).
 
 use std::time::Instant;
 
 use tokio::sync::oneshot;
 
 use super::contract::{BusyReason, Outcome};
+use super::waiting::Waiter;
 
 /// The answer to an admitted escalation, due by its deadline.
 #[derive(Debug)]
@@ -15,11 +17,19 @@ pub struct Pending {
     deadline: Instant,
     /// Whether its outcome has been counted (else dropping it counts a cancellation).
     settled: bool,
+    /// Its place among the escalations waiting for answers, until it is settled or dropped.
+    waiter: Option<Waiter>,
 }
 
 impl Pending {
     pub(super) fn new(rx: oneshot::Receiver<Outcome>, deadline: Instant) -> Self {
-        Self { rx, deadline, settled: false }
+        Self { rx, deadline, settled: false, waiter: None }
+    }
+
+    /// Count it among the waiting (the queue age) with `waiter` until it is settled or dropped.
+    pub(super) fn waiting(mut self, waiter: Waiter) -> Self {
+        self.waiter = Some(waiter);
+        self
     }
 
     /// Its outcome, or `Expired` at the deadline, however long the work ahead of it runs
@@ -31,6 +41,7 @@ impl Pending {
             _ = tokio::time::sleep_until(self.deadline.into()) => Some(Outcome::Expired),
         };
         self.settled = true;
+        self.waiter = None;
         count_outcome(outcome.as_ref());
         outcome
     }
