@@ -263,7 +263,7 @@ async fn a_name_resolving_to_two_engines_makes_two_workers_and_one_that_leaves_d
     let (pool, facts) = connect_with(config, &expected, Duration::from_secs(60), resolver.clone()).await.unwrap();
     assert!(started.elapsed() < Duration::from_secs(30), "served without waiting for the silent address: {:?}", started.elapsed());
     let labels: Vec<String> = pool.workers().iter().map(|w| w.label().to_string()).collect();
-    assert_eq!(labels, [label_a.clone()]);
+    assert_eq!(labels, std::slice::from_ref(&label_a));
     let dir = tempfile::tempdir().unwrap();
     let gw = Gateway::start_with_engines(test_config(dir.path()), pool, facts).await.unwrap();
     let m = scrape(&gw).await;
@@ -289,7 +289,7 @@ async fn a_name_resolving_to_two_engines_makes_two_workers_and_one_that_leaves_d
     let run = tokio::spawn(run_sessions(link.clone(), 100..106, 4, Duration::from_secs(30)));
     tokio::time::sleep(Duration::from_millis(1500)).await;
     resolver.set("llama.test", vec![a.host()]);
-    wait_for_labels(&gw, &[label_a.clone()]).await;
+    wait_for_labels(&gw, std::slice::from_ref(&label_a)).await;
     let answered = run.await.unwrap();
     assert_eq!(answered.len(), 24, "every escalation answered across the removal");
     check_answers(&a, &answered).await;

@@ -705,7 +705,7 @@ mod tests {
                 prop_assert!(!reply.tokens.is_empty());
             }
             let r = PromptChoicesRequest { tokens: &[1, 2, 3], first: 1, runner_up: true, slot: None };
-            if let Ok(choices) = SglangDialect::new().parse_prompt_choices(&r, &[bytes.clone()]) {
+            if let Ok(choices) = SglangDialect::new().parse_prompt_choices(&r, std::slice::from_ref(&bytes)) {
                 prop_assert_eq!(choices.len(), 2);
             }
             let d = DraftCheckRequest { context: &[1], draft: &[2, 3], slot: None };

@@ -843,7 +843,7 @@ mod tests {
                 }
             }
             let r = PromptChoicesRequest { tokens: &[1, 2, 3], first: 1, runner_up: true, slot: None };
-            if let Ok(choices) = completions().parse_prompt_choices(&r, &[bytes.clone()]) {
+            if let Ok(choices) = completions().parse_prompt_choices(&r, std::slice::from_ref(&bytes)) {
                 prop_assert_eq!(choices.len(), 2);
             }
             let d = DraftCheckRequest { context: &[1], draft: &[2, 3], slot: None };
