@@ -443,7 +443,8 @@ impl EnginePool {
                 let w = &workers[index];
                 let load = w.load();
                 let held = last.as_ref().filter(|(label, _)| *label == w.label).map(|(_, len)| *len);
-                let offer = Offer { ahead: load.ahead(), model: load.model(), cost: admission::cost(request.context.len(), request.draft.len(), held) };
+                let cost = admission::cost(request.context.len(), request.draft.len(), held);
+                let offer = Offer { ahead: load.ahead(), model: load.model(), margin_ms: load.margin_ms(), cost };
                 let in_flight = w.in_flight().max(offer.ahead.requests);
                 admission::Worker { index, open: in_flight < self.config.max_in_flight_per_worker && w.is_available(now), in_flight, offer }
             })
