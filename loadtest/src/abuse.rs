@@ -31,6 +31,7 @@ use serde_json::json;
 
 use crate::stats::percentile;
 
+mod engine_overload;
 mod flood;
 
 /// Options of `loadtest abuse`.
@@ -55,9 +56,15 @@ pub struct AbuseArgs {
     #[arg(long, default_value_t = 1000)]
     pub probe_deadline_ms: u32,
     /// Only these scenarios (squat, session-flood, unfinished-streams, idle-flood, huge-full,
-    /// overload, fair-flood: one device floods, 20 behave); default all.
+    /// overload, fair-flood: one device floods, 20 behave; engine-overload: 3x what the
+    /// --engine answers); default all but engine-overload (which needs an engine).
     #[arg(long, value_delimiter = ',')]
     pub scenarios: Vec<String>,
+    /// Engine worker the gateway relays to instead of serving the model itself, KIND=URL
+    /// (repeatable), e.g. llamacpp=http://127.0.0.1:8090; --model is then the devices'
+    /// tokenizer it is checked against.
+    #[arg(long = "engine")]
+    pub engines: Vec<String>,
     /// Extra flag for the gateway (repeatable), e.g. --gateway-arg=--max-sessions=100000.
     #[arg(long = "gateway-arg", allow_hyphen_values = true)]
     pub gateway_args: Vec<String>,
@@ -97,6 +104,7 @@ impl GatewayProcess {
             .arg(format!("--backend-token-delay-us={}", args.backend_token_delay_us))
             .arg(format!("--session-idle-secs={SESSION_IDLE_SECS}"))
             .arg(format!("--stream-read-timeout-ms={STREAM_READ_TIMEOUT_MS}"))
+            .args(args.engines.iter().map(|e| format!("--engine={e}")))
             .args(&args.gateway_args)
             .env_remove("DUET_CONFIG")
             .env_remove("DUET_AUTH_TOKEN")
@@ -405,8 +413,11 @@ async fn run_async(args: AbuseArgs) -> anyhow::Result<()> {
     let attacker = Client::new("127.0.0.1:0", gw.quic, &gw.cert, &fingerprint)?;
     let device = Client::new("127.0.0.2:0", gw.quic, &gw.cert, &fingerprint)?;
     let out = args.out.clone();
-    let wanted = |name: &str| args.scenarios.is_empty() || args.scenarios.iter().any(|s| s == name);
-    let selected: Vec<&str> = ["squat", "session-flood", "unfinished-streams", "idle-flood", "huge-full", "overload", "fair-flood"].into_iter().filter(|s| wanted(s)).collect();
+    let wanted = |name: &str| match args.scenarios.is_empty() {
+        true => name != "engine-overload",
+        false => args.scenarios.iter().any(|s| s == name),
+    };
+    let selected: Vec<&str> = ["squat", "session-flood", "unfinished-streams", "idle-flood", "huge-full", "overload", "fair-flood", "engine-overload"].into_iter().filter(|s| wanted(s)).collect();
     let mut run = Run { baseline_mb: 0.0, gw, attacker, device, args, next_session: AtomicUsize::new(0) };
     let warm = run.probe().await;
     run.baseline_mb = run.gw.rss_mb();
@@ -414,7 +425,7 @@ async fn run_async(args: AbuseArgs) -> anyhow::Result<()> {
     let mut report = serde_json::Map::new();
     report.insert("gateway".into(), json!({
         "backend_delay_ms": run.args.backend_delay_ms, "backend_token_delay_us": run.args.backend_token_delay_us,
-        "session_idle_secs": SESSION_IDLE_SECS, "stream_read_timeout_ms": STREAM_READ_TIMEOUT_MS, "extra_args": run.args.gateway_args,
+        "session_idle_secs": SESSION_IDLE_SECS, "stream_read_timeout_ms": STREAM_READ_TIMEOUT_MS, "extra_args": run.args.gateway_args, "engines": run.args.engines,
         "rss_baseline_mb": run.baseline_mb, "probe_baseline": warm,
     }));
     for name in selected {
@@ -427,6 +438,7 @@ async fn run_async(args: AbuseArgs) -> anyhow::Result<()> {
             "idle-flood" => idle_flood(&run).await,
             "huge-full" => huge_full(&run).await,
             "fair-flood" => flood::fair_flood(&run).await,
+            "engine-overload" => engine_overload::engine_overload(&run).await,
             _ => overload(&run).await,
         };
         let mut r = r.unwrap_or_else(|e| json!({ "error": format!("{e:#}") }));

@@ -247,7 +247,7 @@ fn median(xs: &[f64]) -> f64 {
 }
 
 /// One labelled series of a counter from the gateway's `/metrics` (`reason="..."`).
-async fn labelled(http: std::net::SocketAddr, name: &str, reason: &str) -> f64 {
+pub(super) async fn labelled(http: std::net::SocketAddr, name: &str, reason: &str) -> f64 {
     let (_, body) = http_get(http, "/metrics").await.unwrap_or((0, String::new()));
     let needle = format!("reason=\"{reason}\"");
     body.lines().filter(|l| l.starts_with(name) && l.contains(&needle)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
