@@ -8,7 +8,10 @@ checks and the local stand-in of the cluster. Needs PyYAML (deploy/k8s/check's v
   consistency HELP [LLAMA_HELP]
                                fail unless the manifests agree with the gateway binary (its
                                --help) and with each other: see check_consistency
-  adapter-query NS POD...      the HPA metric's PromQL as prometheus-adapter renders it for POD...
+  adapter-query [--metric M] NS POD...
+                               an HPA metric's PromQL as prometheus-adapter renders it for POD...
+                               (default: the first adapter rule's, the in-flight count)
+  adapter-metrics              the custom metrics the adapter rules serve, one a line
   prom-vector LABEL...         a Prometheus query answer (stdin) as one line
   local-prometheus SPEC        a Prometheus config scraping local processes as the
                                ServiceMonitors would scrape the pods (SPEC below)
@@ -255,9 +258,18 @@ def check_drain(items: list[dict], cfg: dict) -> list[str]:
     return errors
 
 
-def adapter_query(namespace: str, pods: list[str]) -> str:
-    """metricsQuery as prometheus-adapter fills it for GET .../namespaces/NS/pods/*/METRIC."""
-    rule = yaml.safe_load(ADAPTER.read_text())["rules"]["custom"][0]
+def adapter_metrics() -> list[str]:
+    """The custom metrics the adapter rules serve, in their order."""
+    return [r["name"]["as"] for r in yaml.safe_load(ADAPTER.read_text())["rules"]["custom"]]
+
+
+def adapter_query(namespace: str, pods: list[str], metric: str | None = None) -> str:
+    """metricsQuery as prometheus-adapter fills it for GET .../namespaces/NS/pods/*/METRIC
+    (default: the first rule's metric)."""
+    rules = yaml.safe_load(ADAPTER.read_text())["rules"]["custom"]
+    rule = next((r for r in rules if metric in (None, r["name"]["as"])), None)
+    if rule is None:
+        raise SystemExit(f"no adapter rule serves {metric}")
     series = re.match(r"[^{]+", rule["seriesQuery"]).group(0)
     matchers = f'namespace="{namespace}",pod=~"{"|".join(pods)}"'
     return rule["metricsQuery"].replace("<<.Series>>", series).replace("<<.LabelMatchers>>", matchers).replace("<<.GroupBy>>", "pod")
@@ -307,7 +319,13 @@ def main() -> int:
         print(prom_vector(args))
         return 0
     if cmd == "adapter-query":
-        print(adapter_query(args[0], args[1:]))
+        metric = None
+        if args and args[0] == "--metric":
+            metric, args = args[1], args[2:]
+        print(adapter_query(args[0], args[1:], metric))
+        return 0
+    if cmd == "adapter-metrics":
+        print("\n".join(adapter_metrics()))
         return 0
     items = docs()
     if cmd == "gateway-toml":
