@@ -32,8 +32,8 @@ trap 'kill "$engine" 2>/dev/null || true; wait "$engine" 2>/dev/null || true' EX
 for _ in $(seq 1 240); do curl -fsS "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break; sleep 0.5; done
 say "llama-server $MODEL on 127.0.0.1:$PORT (-t 1 -np 4); reports in $out; commit $(git rev-parse --short HEAD)"
 
-echo "| run | admission | uptime (load 1/5/15 min) | capacity esc/s | offered esc/s (x) | tokens in time | Busy (max ms) | expired | late | missed share | queue age p50 / max s | refused cost / capacity |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| run | admission | uptime (load 1/5/15 min) | capacity esc/s | offered esc/s (x) | tokens in time | Busy (max ms) | expired | late | missed share | queue age p50 / max s | refused cost / capacity | breaker opened |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for run in $(seq 1 "$RUNS"); do
   for admission in cost off; do
     load="$(uptime | sed 's/.*load average: //')"
@@ -46,7 +46,7 @@ r = json.load(open(sys.argv[1]))["engine-overload"]
 a, o, q, b = r["answers"], r["offered"], r["queue_age_s"], r["refused_at_gateway"]
 print(f"| {sys.argv[2]} | {sys.argv[3]} | {sys.argv[4]} | {r['capacity']['escalations_per_s']:.1f} | {o['per_s']:.1f} ({o['times_capacity']:.2f}) "
       f"| {r['tokens_in_time']} | {a['busy']} ({r['busy_ms']['max']:.0f}) | {a['expired']} | {a['late']} | {100 * r['missed_deadline_share']:.1f} % "
-      f"| {q['p50']:.2f} / {q['max']:.2f} | {b['cost']:.0f} / {b['capacity']:.0f} |")
+      f"| {q['p50']:.2f} / {q['max']:.2f} | {b['cost']:.0f} / {b['capacity']:.0f} | {r['breaker_opened']:.0f} |")
 PY
   done
 done

@@ -15,8 +15,8 @@
 //! The report counts every answer: a token within its deadline, `Busy` (and how soon it came),
 //! `DeadlineExpired`, any answer that came later than the deadline (+ 50 ms), none; the share
 //! of escalations that missed their deadline (expired, late or unanswered); the gateway's
-//! refusals by reason and its queue age (`duet_gateway_queue_age_seconds`, sampled every
-//! 250 ms) while the overload lasts. Run it with the gateway's `--engine-admission=off`
+//! refusals by reason, how often its circuit breaker to the worker opened, and its queue age
+//! (`duet_gateway_queue_age_seconds`, sampled every 250 ms) while the overload lasts. Run it with the gateway's `--engine-admission=off`
 //! (`--gateway-arg`) for the count bound alone, the before of BENCHMARKS.md.
 
 use std::collections::VecDeque;
@@ -186,9 +186,10 @@ pub(super) async fn engine_overload(run: &Run) -> anyhow::Result<serde_json::Val
     let capacity = calibration.answers.token as f64 / calibration_s.max(1e-3);
     anyhow::ensure!(capacity > 0.0, "the engine answered nothing while its capacity was measured: {:?}", calibration.answers);
     let refused = |reason| labelled(run.gw.http, "duet_gateway_admission_refused_total", reason);
-    let before = [refused("cost").await, refused("capacity").await, refused("share").await, metric(run.gw.http, "duet_gateway_escalations_expired_total").await];
+    let opened = || breaker_opened(run.gw.http);
+    let before = [refused("cost").await, refused("capacity").await, refused("share").await, metric(run.gw.http, "duet_gateway_escalations_expired_total").await, opened().await];
     let (overload, sent, not_sent, ages, secs) = open_loop(run, &idle, capacity * OVERLOAD, deadline_ms).await;
-    let after = [refused("cost").await, refused("capacity").await, refused("share").await, metric(run.gw.http, "duet_gateway_escalations_expired_total").await];
+    let after = [refused("cost").await, refused("capacity").await, refused("share").await, metric(run.gw.http, "duet_gateway_escalations_expired_total").await, opened().await];
     for c in &conns {
         c.close(0u32.into(), b"done");
     }
@@ -213,9 +214,19 @@ pub(super) async fn engine_overload(run: &Run) -> anyhow::Result<serde_json::Val
         "token_ms": { "p50": percentile(&mut s.token_ms, 0.5), "p99": percentile(&mut s.token_ms, 0.99) },
         "refused_at_gateway": { "cost": after[0] - before[0], "capacity": after[1] - before[1], "share": after[2] - before[2] },
         "expired_at_gateway": after[3] - before[3],
+        "breaker_opened": after[4] - before[4],
         "queue_age_s": { "max": ages.iter().copied().fold(0.0, f64::max), "p50": percentile(&mut age_samples, 0.5), "samples": ages.len() },
         "after": probe_after,
     }))
+}
+
+/// How many times the gateway's circuit breakers to its engine workers opened so far.
+async fn breaker_opened(http: std::net::SocketAddr) -> f64 {
+    let (_, body) = super::http_get(http, "/metrics").await.unwrap_or((0, String::new()));
+    body.lines()
+        .filter(|l| l.starts_with("duet_gateway_engine_breaker_transitions_total{") && l.contains("to=\"open\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// Escalations arriving at `rate` per second for the scenario's time, each to an idle session
