@@ -416,6 +416,8 @@ fn run_served(args: &EvalArgs, items: &[TaskItem], harness: Option<&Harness>) ->
         "data": args.data.display().to_string(),
         "max_new_tokens": args.max_new_tokens,
         "deadline_max_ms": args.cloud.deadline_max_ms,
+        "speculate": args.cloud.speculate,
+        "draft": args.cloud.draft,
     });
     let config = with_rate_control(config, if fresh.is_some() { args.cloud.rate_control } else { RateControlMode::Off });
     let config = with_task(config, &args.task);
@@ -424,6 +426,7 @@ fn run_served(args: &EvalArgs, items: &[TaskItem], harness: Option<&Harness>) ->
     let done: HashSet<String> = records.iter().map(|r| r.id.clone()).collect();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let mut totals = DecodeStats::default();
+    let (mut total_ms, mut decode_ms) = (0.0, 0.0);
     let model_id = lm.manifest().id.clone();
     rt.block_on(async {
         let link = Link::start(link_config(&args.cloud, &tok, &model_id)?)?;
@@ -442,7 +445,8 @@ fn run_served(args: &EvalArgs, items: &[TaskItem], harness: Option<&Harness>) ->
         for item in items.iter().filter(|i| !done.contains(&i.id)) {
             let prompt = pair_prompt(&tok, item)?;
             let mut cloud = LinkCloud::new(&link, next_session_id(), WireSampling::default(), health, !args.cloud.no_presync)
-                .with_speculation(args.cloud.speculate);
+                .with_speculation(args.cloud.speculate)
+                .with_draft(args.cloud.draft);
             let mut ids = Vec::new();
             let params = DecodeParams { rate_control: args.cloud.rate_control.session(fresh, carried), ..params };
             let stats = decode(&mut slm, router.as_mut(), &mut cloud, &prompt, params, |e| {
@@ -456,6 +460,7 @@ fn run_served(args: &EvalArgs, items: &[TaskItem], harness: Option<&Harness>) ->
             health = cloud.into_health();
             carried = stats.rate_control;
             totals.add_counts(&stats);
+            (total_ms, decode_ms) = (total_ms + stats.total_ms, decode_ms + stats.decode_ms);
             let runs = outcomes(&tok, item, vec![(run_name.clone(), ids, stats.routing.escalated)], harness)?;
             let rec = ItemRecord { id: item.id.clone(), answer_key: item.answer_key(), runs };
             append(&mut out, &rec)?;
@@ -469,8 +474,43 @@ fn run_served(args: &EvalArgs, items: &[TaskItem], harness: Option<&Harness>) ->
     write_reports(&args.out, &config, &rows)?;
     print_table(&rows);
     eprintln!("this run: {} tokens, {} escalated, {} answered by the gateway, {} fell back to the SLM", totals.tokens, totals.routing.escalated, totals.routing.cloud_tokens, totals.routing.fallbacks);
-    let mut served = serde_json::to_value(totals.routing)?;
-    served["tokens"] = totals.tokens.into();
-    std::fs::write(args.out.join("served-stats.json"), serde_json::to_string_pretty(&served)?)?;
+    std::fs::write(args.out.join("served-stats.json"), serde_json::to_string_pretty(&served_stats(&totals, total_ms, decode_ms)?)?)?;
     Ok(())
+}
+
+/// This run's totals (items resumed from an earlier run are not in them): the routing, speculation
+/// and draft counts, and the time of the decode calls (`tokens_per_s`: tokens per second of them).
+fn served_stats(totals: &DecodeStats, total_ms: f64, decode_ms: f64) -> anyhow::Result<serde_json::Value> {
+    let mut served = serde_json::to_value(totals.routing)?;
+    for part in [serde_json::to_value(totals.speculation)?, serde_json::to_value(totals.drafts)?] {
+        if let (Some(o), serde_json::Value::Object(p)) = (served.as_object_mut(), part) {
+            o.extend(p);
+        }
+    }
+    served["tokens"] = totals.tokens.into();
+    served["total_ms"] = total_ms.into();
+    served["decode_ms"] = decode_ms.into();
+    served["tokens_per_s"] = (if total_ms > 0.0 { totals.tokens as f64 / (total_ms / 1e3) } else { 0.0 }).into();
+    Ok(served)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn served_stats_carry_the_draft_counts_and_the_time() {
+        let mut totals = DecodeStats::default();
+        totals.tokens = 40;
+        totals.routing.escalated = 4;
+        totals.routing.cloud_tokens = 4;
+        totals.drafts.record(6, 3);
+        let s = served_stats(&totals, 2000.0, 1500.0).unwrap();
+        assert_eq!(s["escalated"], 4);
+        assert_eq!(s["draft_tokens_sent"], 6);
+        assert_eq!(s["draft_tokens_accepted"], 3);
+        assert_eq!(s["draft_mean_accepted"], 3.0);
+        assert_eq!(s["speculation_kept"], 0);
+        assert_eq!(s["tokens_per_s"], 20.0);
+    }
 }
