@@ -221,7 +221,7 @@ pub(super) async fn engine_overload(run: &Run) -> anyhow::Result<serde_json::Val
 }
 
 /// How many times the gateway's circuit breakers to its engine workers opened so far.
-async fn breaker_opened(http: std::net::SocketAddr) -> f64 {
+pub(super) async fn breaker_opened(http: std::net::SocketAddr) -> f64 {
     let (_, body) = super::http_get(http, "/metrics").await.unwrap_or((0, String::new()));
     body.lines()
         .filter(|l| l.starts_with("duet_gateway_engine_breaker_transitions_total{") && l.contains("to=\"open\""))

@@ -17,7 +17,10 @@
 //! for less than an equal split is owed all it asked for, the rest is split among the others.
 //! The report gives each well-behaved device's served / fair share (the claim: at least 0.9),
 //! the flood's share of all tokens, and what was lost (no answer, or an answer that is not a
-//! token, `Busy` or `Expired`).
+//! token, `Busy` or `Expired`, the first few of them kept), and, on the engine path (`--engine
+//! KIND=URL`: `deploy/bench/fair_flood.sh`), how often the gateway's breaker to the worker
+//! opened. When nothing was served at all every fair share is 0 and the ratios read 1.0: read
+//! them with `tokens_served`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,6 +40,8 @@ const FLOOD_SESSIONS: u64 = 40;
 const THINK: Duration = Duration::from_millis(500);
 /// The flood's head start.
 const HEAD_START: Duration = Duration::from_secs(1);
+/// Odd answers (neither a token, `Busy` nor `Expired`) kept per session for the report.
+const ODD_KEPT: usize = 3;
 
 /// One device's shape of traffic.
 #[derive(Debug, Clone, Copy)]
@@ -59,6 +64,8 @@ struct Seen {
     offered_tokens: u64,
     served_tokens: u64,
     answers: Tally,
+    /// The first few answers that were neither a token, `Busy` nor `Expired`.
+    odd: Vec<String>,
 }
 
 /// One session escalating with `shape` until `stop_at`; tokens count only between `from` and
@@ -87,6 +94,12 @@ async fn session(conn: quinn::Connection, session_id: u64, salt: u32, shape: Sha
         seq += 1;
         let answer = classify(&reply);
         if counted {
+            if matches!(answer, Answer::OtherError | Answer::Silence) && seen.odd.len() < ODD_KEPT {
+                seen.odd.push(match &reply {
+                    Ok(frame) => format!("{frame:?}").chars().take(160).collect(),
+                    Err(e) => e.to_string(),
+                });
+            }
             seen.offered_tokens += tokens;
             seen.answers.add(answer, t.elapsed(), shape.deadline_ms);
             if answer == Answer::Token {
@@ -142,6 +155,7 @@ pub(super) async fn fair_flood(run: &Run) -> anyhow::Result<serde_json::Value> {
     let secs = run.args.scenario_secs;
     let refused = |reason: &'static str| async move { labelled(run.gw.http, "duet_gateway_admission_refused_total", reason).await };
     let (share_before, cost_before, capacity_before) = (refused("share").await, refused("cost").await, refused("capacity").await);
+    let opened_before = super::engine_overload::breaker_opened(run.gw.http).await;
     let start = Instant::now();
     let from = start + HEAD_START;
     let stop_at = from + Duration::from_secs(secs);
@@ -180,6 +194,7 @@ pub(super) async fn fair_flood(run: &Run) -> anyhow::Result<serde_json::Value> {
         flood_seen.offered_tokens += s.offered_tokens;
         flood_seen.served_tokens += s.served_tokens;
         merge(&mut flood_seen.answers, &s.answers);
+        flood_seen.odd.extend(s.odd.into_iter().take(ODD_KEPT.saturating_sub(flood_seen.odd.len())));
     }
     let mut seen = Vec::new();
     for t in behaved {
@@ -216,13 +231,15 @@ pub(super) async fn fair_flood(run: &Run) -> anyhow::Result<serde_json::Value> {
         "behaved_devices": BEHAVED, "flood_sessions": FLOOD_SESSIONS, "secs": secs,
         "tokens_served": total,
         "flood": { "offered_tokens": flood_seen.offered_tokens, "served_tokens": flood_seen.served_tokens,
-            "share_of_tokens": flood_seen.served_tokens as f64 / total.max(1) as f64, "fair_share_tokens": fair[BEHAVED], "answers": flood_seen.answers },
+            "share_of_tokens": flood_seen.served_tokens as f64 / total.max(1) as f64, "fair_share_tokens": fair[BEHAVED], "answers": flood_seen.answers, "odd_answers": flood_seen.odd },
         "behaved_share_of_tokens": (total - flood_seen.served_tokens) as f64 / total.max(1) as f64,
         "behaved_of_fair_share_min": min_ratio,
         "behaved_of_fair_share_median": median(&ratios),
         "behaved_at_least_0_9": ratios.iter().filter(|&&r| r >= 0.9).count(),
         "lost": lost,
+        "behaved_odd_answers": seen.iter().flat_map(|s| s.odd.iter()).take(ODD_KEPT).collect::<Vec<_>>(),
         "refused": { "share": refused("share").await - share_before, "cost": refused("cost").await - cost_before, "capacity": refused("capacity").await - capacity_before },
+        "engine_breaker_opened": super::engine_overload::breaker_opened(run.gw.http).await - opened_before,
         "fair_backlogged_devices_max": backlogged.iter().copied().fold(0.0, f64::max),
         "ready_after": ready,
         "devices": devices,
