@@ -13,11 +13,8 @@
 
 mod support;
 
-use std::net::SocketAddr;
-use std::path::Path;
-use std::time::Duration;
-
-use common::protocol::{decode_frame, encode_frame, ContextSync, ErrorCode, Frame, WireSampling, DEFAULT_MAX_FRAME_BYTES};
+use common::protocol::{ContextSync, ErrorCode, Frame, WireSampling};
+use support::raw::{ask, raw_device};
 use support::*;
 
 /// `edge-node generate` with nearly every position escalated, greedy, deadlines no answer
@@ -69,7 +66,7 @@ async fn drafting_gives_the_same_text_as_one_token_per_round_trip_in_fewer_round
     assert!(answered > 0 && accepted > 0, "the LLM checked drafts ({answered}) and took some of their tokens ({accepted})");
 
     // A v4 device on the same gateway: its escalations are answered, a draft is refused by name.
-    let old = raw_device(addr, &ca, 4).await;
+    let old = raw_device(addr, &ca, 4, "v4-device").await;
     let context: Vec<u32> = vec![151644, 872, 198, 3838, 374, 220, 16, 10, 220, 17, 30, 151645, 198, 151644, 77091, 198];
     let escalate = Frame::Escalate { session_id: 7, seq: 1, context: ContextSync::Full { tokens: context.clone().into() }, sampling: WireSampling::default(), deadline_ms: 60_000 };
     assert!(matches!(ask(&old, &escalate).await, Frame::Token { session_id: 7, seq: 1, .. }), "a v4 device is served");
@@ -81,22 +78,3 @@ async fn drafting_gives_the_same_text_as_one_token_per_round_trip_in_fewer_round
     gw.shutdown().await;
 }
 
-/// A raw QUIC device that says `Hello` in `version` and is welcomed.
-async fn raw_device(addr: SocketAddr, ca: &Path, version: u16) -> quinn::Connection {
-    let client = edge_node::tls::client_config(Some(ca), false, Duration::from_secs(1)).unwrap();
-    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-    endpoint.set_default_client_config(client);
-    let conn = endpoint.connect(addr, "localhost").unwrap().await.unwrap();
-    let hello = Frame::Hello { protocol_version: version, device_id: format!("v{version}-device"), auth: String::new(), tokenizer_fingerprint: fingerprint(), slm_id: "raw".into() };
-    let reply = ask(&conn, &hello).await;
-    assert!(matches!(reply, Frame::Welcome { .. }), "v{version} device welcomed: {reply:?}");
-    conn
-}
-
-/// One frame on a new stream, its one-frame answer.
-async fn ask(conn: &quinn::Connection, frame: &Frame) -> Frame {
-    let (mut send, mut recv) = conn.open_bi().await.unwrap();
-    send.write_all(&encode_frame(frame, DEFAULT_MAX_FRAME_BYTES).unwrap()).await.unwrap();
-    send.finish().unwrap();
-    decode_frame(&recv.read_to_end(DEFAULT_MAX_FRAME_BYTES + 4).await.unwrap(), DEFAULT_MAX_FRAME_BYTES).unwrap()
-}

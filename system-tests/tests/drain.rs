@@ -13,14 +13,14 @@ mod support;
 #[path = "support/replicas.rs"]
 mod replicas;
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::protocol::{decode_frame, encode_frame, ContextSync, Frame, WireSampling, DEFAULT_MAX_FRAME_BYTES};
+use common::protocol::{decode_frame, ContextSync, Frame, WireSampling};
 use edge_node::link::LinkState;
 use replicas::{post_drain, Replica};
+use support::raw::{ask, raw_device};
 use support::*;
 
 /// A prompt the 1.5B answers at length (so the drain lands mid-generation).
@@ -253,26 +253,6 @@ async fn without_an_admin_token_drain_is_refused_outright() {
     }
     assert!(gw.shared.draining().is_none());
     gw.shutdown().await;
-}
-
-/// A raw QUIC device that says `Hello` in `version`.
-async fn raw_device(addr: SocketAddr, ca: &Path, version: u16, id: &str) -> quinn::Connection {
-    let client = edge_node::tls::client_config(Some(ca), false, Duration::from_secs(1)).unwrap();
-    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-    endpoint.set_default_client_config(client);
-    let conn = endpoint.connect(addr, "localhost").unwrap().await.unwrap();
-    let hello = Frame::Hello { protocol_version: version, device_id: id.into(), auth: String::new(), tokenizer_fingerprint: fingerprint(), slm_id: "raw".into() };
-    let reply = ask(&conn, &hello).await;
-    assert!(matches!(reply, Frame::Welcome { .. }), "v{version} device welcomed: {reply:?}");
-    conn
-}
-
-/// One frame on a new stream, its one-frame answer.
-async fn ask(conn: &quinn::Connection, frame: &Frame) -> Frame {
-    let (mut send, mut recv) = conn.open_bi().await.unwrap();
-    send.write_all(&encode_frame(frame, DEFAULT_MAX_FRAME_BYTES).unwrap()).await.unwrap();
-    send.finish().unwrap();
-    decode_frame(&recv.read_to_end(DEFAULT_MAX_FRAME_BYTES + 4).await.unwrap(), DEFAULT_MAX_FRAME_BYTES).unwrap()
 }
 
 fn escalate(seq: u32, tokens: Vec<u32>) -> Frame {

@@ -28,6 +28,7 @@ use cloud_gateway::Gateway;
 use common::protocol::{decode_frame, encode_frame, ContextSync, ErrorCode, Frame, RejectReason, WireSampling, DEFAULT_MAX_FRAME_BYTES, PROTOCOL_VERSION};
 use edge_node::tls::ClientIdentity;
 use replicas::HashBackend;
+use support::raw::ask;
 use support::*;
 
 /// TLS alerts a refused certificate gets (RFC 8446 §6).
@@ -139,14 +140,6 @@ async fn connect(addr: SocketAddr, server_cert: &Path, identity: Option<&ClientI
         }
         Err(_) => Err(Refusal::Other("no answer to Hello".into())),
     }
-}
-
-/// One frame on a new stream, its one-frame answer.
-async fn ask(conn: &quinn::Connection, frame: &Frame) -> Frame {
-    let (mut send, mut recv) = conn.open_bi().await.unwrap();
-    send.write_all(&encode_frame(frame, DEFAULT_MAX_FRAME_BYTES).unwrap()).await.unwrap();
-    send.finish().unwrap();
-    decode_frame(&recv.read_to_end(DEFAULT_MAX_FRAME_BYTES + 4).await.unwrap(), DEFAULT_MAX_FRAME_BYTES).unwrap()
 }
 
 /// One frame on a new stream that gets no answer (`EndSession`).

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod engines;
+pub mod raw;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
