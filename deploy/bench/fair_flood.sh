@@ -28,15 +28,11 @@ mkdir -p "$out"
 say() { echo "[fair-flood $(date +%H:%M:%S)] $*" >&2; }
 
 cargo build --release -q --locked -p loadtest -p cloud-gateway
-llama="$(deploy/engines/llamacpp/build)"
 gguf="$DUET_HOME/gguf/$MODEL.gguf"
 # The GGUFs and the tiny model (the gateway's --model: the devices' tokenizer here), if missing.
 [ -f "$gguf" ] && [ -d "$DUET_HOME/models/tiny-qwen2" ] || deploy/models/prepare tiny fetch-slm fetch-llm >&2
-"$llama" -m "$gguf" --host 127.0.0.1 --port "$PORT" -np 4 -c 16384 -t 1 --threads-http 128 --metrics --log-disable \
-  >"$out/llama-server.log" 2>&1 &
-engine=$!
-trap 'kill "$engine" 2>/dev/null || true; wait "$engine" 2>/dev/null || true' EXIT
-for _ in $(seq 1 240); do curl -fsS "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break; sleep 0.5; done
+. deploy/engines/llamacpp/start.sh
+llama_start "$PORT" "$out/llama-server.log" -m "$gguf" -np 4 -c 16384 -t 1 --metrics --log-disable
 say "llama-server $MODEL on 127.0.0.1:$PORT (-t 1 -np 4), deadline $DEADLINE_MS ms; reports in $out; commit $(git rev-parse --short HEAD)"
 
 echo "| run | fair share | uptime (load 1/5/15 min) | tokens served | flood's share (its fair share) | behaved of fair share min / median | at >= 0.9 | behaved answered / Busy / expired | flood answered / Busy / expired | lost | refused share / cost / capacity | breaker opened |"
