@@ -173,6 +173,20 @@ pub struct EmbeddedArgs {
     /// Extra service time per token of prefill, µs (simulates a large LLM's prefill cost).
     #[arg(long, env = "DUET_BACKEND_TOKEN_DELAY_US", default_value_t = 0)]
     pub backend_token_delay_us: u64,
+    /// Extra service time per draft token checked, µs (a draft runs in the same pass as the
+    /// prefill; simulates a large LLM's cost of checking it).
+    #[arg(long, env = "DUET_BACKEND_DRAFT_TOKEN_DELAY_US", default_value_t = 0)]
+    pub backend_draft_token_delay_us: u64,
+    /// Write every greedy answer of the embedded LLM (and each draft position it accepted) to
+    /// this file, for --replay-answers; an existing recording of the same model is extended.
+    #[arg(long, env = "DUET_RECORD_ANSWERS", conflicts_with = "replay_answers")]
+    pub record_answers: Option<PathBuf>,
+    /// Answer from a recording (--record-answers) instead of running the LLM: no model is
+    /// loaded, and the --backend-*delay* flags are the service time (a latency-model
+    /// projection of another deployment answering with the recorded LLM's tokens). A context
+    /// never recorded is answered with an error the device falls back on, logged as a miss.
+    #[arg(long, env = "DUET_REPLAY_ANSWERS")]
+    pub replay_answers: Option<PathBuf>,
 }
 
 impl EmbeddedArgs {

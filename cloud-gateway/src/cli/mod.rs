@@ -19,7 +19,7 @@ use clap::{CommandFactory, Parser};
 use common::config_file::{self, Section};
 
 pub use self::groups::{BatcherArgs, DrainArgs, EmbeddedArgs, EnginesArgs, FleetArgs, IdentityArgs, OverloadArgs, SessionsArgs, TelemetryArgs, TransportArgs};
-use crate::batcher::backend::{Backend, DelayBackend, EmbeddedBackend, EmbeddedOptions};
+use crate::batcher::backend::{Backend, DelayBackend, EmbeddedBackend, EmbeddedOptions, RecordingBackend, ReplayBackend};
 use crate::config::GatewayConfig;
 
 /// The sections of a `--config` file, each the flags of one help heading.
@@ -133,13 +133,20 @@ impl GatewayArgs {
         crate::engine::connect::tokenizer_path(self.engines.engine_tokenizer.as_deref().unwrap_or(&self.embedded.model))
     }
 
-    /// Load the backend these flags describe: the embedded LLM, slowed down by
-    /// `--backend-delay-ms` if set. Blocking (it loads the model).
+    /// Load the backend these flags describe: the embedded LLM (recording its answers with
+    /// `--record-answers`) or a recording's answers (`--replay-answers`), slowed down by the
+    /// `--backend-*delay*` flags if set. Blocking (it loads the model).
     pub fn load_backend(&self) -> anyhow::Result<Box<dyn Backend>> {
-        let embedded = EmbeddedBackend::load(&self.embedded.options())?;
-        Ok(match (self.embedded.backend_delay_ms, self.embedded.backend_token_delay_us) {
-            (0, 0) => Box::new(embedded),
-            (ms, us) => Box::new(DelayBackend::new(embedded, Duration::from_millis(ms)).with_token_delay(Duration::from_micros(us))),
+        let e = &self.embedded;
+        let inner: Box<dyn Backend> = match (&e.replay_answers, &e.record_answers) {
+            (Some(file), _) => Box::new(ReplayBackend::open(file)?),
+            (None, Some(file)) => Box::new(RecordingBackend::create(EmbeddedBackend::load(&e.options())?, file)?),
+            (None, None) => Box::new(EmbeddedBackend::load(&e.options())?),
+        };
+        let (us, ms) = (Duration::from_micros, Duration::from_millis);
+        Ok(match (e.backend_delay_ms, e.backend_token_delay_us, e.backend_draft_token_delay_us) {
+            (0, 0, 0) => inner,
+            (a, b, c) => Box::new(DelayBackend::new(inner, ms(a)).with_token_delay(us(b)).with_draft_token_delay(us(c))),
         })
     }
 }

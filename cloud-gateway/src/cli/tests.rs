@@ -190,3 +190,20 @@ fn engine_admission_by_cost_is_on_by_default_and_off_by_flag_or_file() {
     let args = GatewayArgs::from_argv(argv(&["cloud-gateway", "--config", f.to_str().unwrap()])).unwrap();
     assert!(!args.gateway_config().unwrap().engines.pool.admit_by_cost, "the [engines] key");
 }
+
+#[test]
+fn recording_and_replaying_answers_are_flags_and_keys_of_the_embedded_section_and_exclude_each_other() {
+    let args = GatewayArgs::parse_from(["cloud-gateway", "--replay-answers=a.bin", "--backend-delay-ms=25", "--backend-token-delay-us=100", "--backend-draft-token-delay-us=100"]);
+    let e = &args.embedded;
+    assert_eq!((e.replay_answers.as_deref(), e.record_answers.as_deref()), (Some(std::path::Path::new("a.bin")), None));
+    assert_eq!((e.backend_delay_ms, e.backend_token_delay_us, e.backend_draft_token_delay_us), (25, 100, 100));
+    assert!(GatewayArgs::try_parse_from(["cloud-gateway", "--replay-answers=a.bin", "--record-answers=b.bin"]).is_err(), "one or the other");
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("gateway.toml");
+    std::fs::write(&f, "[embedded]\nrecord-answers = \"rec.bin\"\nbackend-draft-token-delay-us = 7\n").unwrap();
+    let args = GatewayArgs::from_argv(argv(&["cloud-gateway", "--config", f.to_str().unwrap()])).unwrap();
+    assert_eq!((args.embedded.record_answers.as_deref(), args.embedded.backend_draft_token_delay_us), (Some(std::path::Path::new("rec.bin")), 7));
+    let missing = GatewayArgs::parse_from(["cloud-gateway", "--replay-answers", dir.path().join("none.bin").to_str().unwrap()]);
+    let err = missing.load_backend().err().expect("no such recording").to_string();
+    assert!(err.contains("none.bin"), "{err}");
+}

@@ -2,7 +2,9 @@
 //! fault tests, load tests, the deadline logic and the overload bounds) without changing its
 //! answers. The time is a fixed cost per batch plus, optionally, a cost per token of prefill
 //! (the tokens of a session's context it has not seen yet), so that a long `Full` costs what
-//! it would cost a real model.
+//! it would cost a real model, and a cost per draft token checked (the draft runs in the same
+//! pass as the prefill). Over a [`super::ReplayBackend`] this is the latency model of a
+//! projection: per escalation `a + b·prefilled tokens + c·draft tokens`.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -14,12 +16,13 @@ use crate::sessions::SessionKey;
 /// then costs its whole context once more), so a flood of sessions cannot grow it.
 const MAX_TRACKED_SESSIONS: usize = 65_536;
 
-/// Adds `delay` before each batch of the inner backend, and `per_token` for each token of
-/// prefill.
+/// Adds `delay` before each batch of the inner backend, `per_token` for each token of
+/// prefill and `per_draft_token` for each draft token.
 pub struct DelayBackend<B> {
     inner: B,
     delay: Duration,
     per_token: Duration,
+    per_draft_token: Duration,
     /// Tokens of each session's context already "computed".
     seen: HashMap<SessionKey, usize>,
 }
@@ -27,7 +30,7 @@ pub struct DelayBackend<B> {
 impl<B: Backend> DelayBackend<B> {
     /// Wrap `inner` so every batch takes at least `delay` longer.
     pub fn new(inner: B, delay: Duration) -> Self {
-        Self { inner, delay, per_token: Duration::ZERO, seen: HashMap::new() }
+        Self { inner, delay, per_token: Duration::ZERO, per_draft_token: Duration::ZERO, seen: HashMap::new() }
     }
 
     /// Also charge `per_token` for every token of a session's context not seen before (a
@@ -35,6 +38,20 @@ impl<B: Backend> DelayBackend<B> {
     pub fn with_token_delay(mut self, per_token: Duration) -> Self {
         self.per_token = per_token;
         self
+    }
+
+    /// Also charge `per_draft_token` for every draft token a request asks to check.
+    pub fn with_draft_token_delay(mut self, per_draft_token: Duration) -> Self {
+        self.per_draft_token = per_draft_token;
+        self
+    }
+
+    /// The service time of `batch`: the fixed cost, its prefill and its draft tokens
+    /// (remembering the sessions' new lengths).
+    fn batch_time(&mut self, batch: &[LlmRequest]) -> Duration {
+        let tokens: usize = if self.per_token.is_zero() { 0 } else { batch.iter().map(|r| self.advance(&r.session, r.context.len())).sum() };
+        let drafts: usize = batch.iter().map(|r| r.draft.len()).sum();
+        self.delay + times(self.per_token, tokens) + times(self.per_draft_token, drafts)
     }
 
     /// Tokens of prefill to bring `session` to `len` tokens, remembering that it is there.
@@ -48,11 +65,15 @@ impl<B: Backend> DelayBackend<B> {
         new
     }
 
-    fn sleep(&self, tokens: usize, fixed: Duration) {
-        let t = fixed + self.per_token.saturating_mul(u32::try_from(tokens).unwrap_or(u32::MAX));
-        if !t.is_zero() {
-            std::thread::sleep(t);
-        }
+}
+
+fn times(each: Duration, n: usize) -> Duration {
+    each.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+fn sleep(t: Duration) {
+    if !t.is_zero() {
+        std::thread::sleep(t);
     }
 }
 
@@ -64,8 +85,7 @@ impl<B: Backend> Backend for DelayBackend<B> {
         self.inner.facts()
     }
     fn next_tokens(&mut self, batch: &[LlmRequest]) -> Vec<Result<LlmToken, LlmError>> {
-        let tokens: usize = if self.per_token.is_zero() { 0 } else { batch.iter().map(|r| self.advance(&r.session, r.context.len())).sum() };
-        self.sleep(tokens, self.delay);
+        sleep(self.batch_time(batch));
         self.inner.next_tokens(batch)
     }
     fn end_session(&mut self, session: &SessionKey) {
@@ -74,7 +94,7 @@ impl<B: Backend> Backend for DelayBackend<B> {
     }
     fn prefill(&mut self, request: &LlmRequest, upto: usize) -> Result<(), LlmError> {
         let tokens = if self.per_token.is_zero() { 0 } else { self.advance(&request.session, upto.min(request.context.len())) };
-        self.sleep(tokens, Duration::ZERO);
+        sleep(times(self.per_token, tokens));
         self.inner.prefill(request, upto)
     }
 }
@@ -106,5 +126,24 @@ mod tests {
         assert_eq!(b.advance(&s, 5), 5, "a shorter context is a new one");
         b.end_session(&s);
         assert_eq!(b.advance(&s, 5), 5, "an ended session starts over");
+    }
+
+    #[test]
+    fn an_escalation_costs_the_fixed_time_its_prefill_and_its_draft() {
+        let us = Duration::from_micros;
+        let mut b = DelayBackend::new(Echo, us(20_000)).with_token_delay(us(100)).with_draft_token_delay(us(50));
+        let s = SessionKey { device: Arc::from("d"), session_id: 1 };
+        let req = |len: usize, draft: usize| LlmRequest {
+            session: s.clone(),
+            context: (0..len as u32).collect(),
+            sampling: Default::default(),
+            seq: 0,
+            draft: (0..draft as u32).collect(),
+        };
+        assert_eq!(b.batch_time(&[req(10, 0)]), us(20_000 + 10 * 100), "a plain escalation: a + b·10");
+        assert_eq!(b.batch_time(&[req(14, 6)]), us(20_000 + 4 * 100 + 6 * 50), "a + b·4 new + c·6 draft");
+        let other = SessionKey { device: Arc::from("e"), session_id: 1 };
+        let two = [req(16, 2), LlmRequest { session: other, ..req(3, 0) }];
+        assert_eq!(b.batch_time(&two), us(20_000 + (2 + 3) * 100 + 2 * 50), "one fixed cost per batch");
     }
 }

@@ -7,13 +7,18 @@
 //! disagree with it. External engines are not backends: they batch on their own and sit beside
 //! the batcher as the other LLM path ([`crate::dispatch`]).
 
+pub mod answers;
 mod delay;
 mod embedded;
+mod record;
+mod replay;
 
 use std::sync::Arc;
 
 pub use delay::DelayBackend;
 pub use embedded::{EmbeddedBackend, EmbeddedOptions};
+pub use record::{RecordError, RecordingBackend};
+pub use replay::{ReplayBackend, ReplayCounts, ReplayError};
 
 pub use crate::dispatch::{LlmError, LlmRequest, LlmToken, ModelFacts};
 use crate::sessions::SessionKey;
@@ -40,5 +45,24 @@ pub trait Backend: Send + 'static {
             Some(r) => r.map(|_| ()),
             None => Err(LlmError::Failed("backend returned no result".into())),
         }
+    }
+}
+
+/// A boxed backend is one (so wrappers such as [`DelayBackend`] take whichever the flags chose).
+impl Backend for Box<dyn Backend> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn facts(&self) -> ModelFacts {
+        (**self).facts()
+    }
+    fn next_tokens(&mut self, batch: &[LlmRequest]) -> Vec<Result<LlmToken, LlmError>> {
+        (**self).next_tokens(batch)
+    }
+    fn end_session(&mut self, session: &SessionKey) {
+        (**self).end_session(session)
+    }
+    fn prefill(&mut self, request: &LlmRequest, upto: usize) -> Result<(), LlmError> {
+        (**self).prefill(request, upto)
     }
 }
