@@ -60,6 +60,11 @@ pub struct AbuseArgs {
     /// --engine answers); default all but engine-overload (which needs an engine).
     #[arg(long, value_delimiter = ',')]
     pub scenarios: Vec<String>,
+    /// fair-flood on the engine path: the well-behaved devices together offer this fraction of
+    /// the engine's capacity, measured first in their shape (their pause between escalations
+    /// follows from it, at least 0.5 s); without --engine they pause 0.5 s.
+    #[arg(long, default_value_t = 0.5)]
+    pub fair_behaved_load: f64,
     /// Engine worker the gateway relays to instead of serving the model itself, KIND=URL
     /// (repeatable), e.g. llamacpp=http://127.0.0.1:8090; --model is then the devices'
     /// tokenizer it is checked against.

@@ -6,8 +6,12 @@
 //! - `n_predict` tokens; greedy via `top_k: 1` (with `temperature: 0`);
 //! - `return_tokens: true` fills `tokens` with the generated ids (otherwise it is empty);
 //! - `n_probs > 0` adds `completion_probabilities` (`id`, `logprob`, `top_logprobs` per token);
-//! - `cache_prompt: true` reuses the slot's KV cache for the common prefix; `timings.cache_n`
-//!   says how many prompt tokens came from it, `tokens_evaluated` how many the prompt had;
+//! - `cache_prompt: true` reuses the slot's KV cache for the common prefix (or one saved to the
+//!   host-memory prompt cache, `--cache-ram`); `timings.cache_n` says how many prompt tokens
+//!   came from it, `timings.prompt_n` how many it processed, `tokens_evaluated` how many the
+//!   prompt had (builds before `cache_n`: cached = `tokens_evaluated` - `prompt_n`;
+//!   `tokens_cached` is what the slot holds after the request, not what it found). The pool's
+//!   admission counts a session's context as held only when these show it (`pool::admission`);
 //! - `id_slot` pins a request to a slot; sent only when asked for, because the server already
 //!   gives a request the idle slot whose cache shares the longest prefix with it;
 //! - `GET /health` is 503 while the model loads and 200 when ready; `GET /v1/models` carries
@@ -114,8 +118,11 @@ impl Dialect for LlamaCppDialect {
             .collect();
         let count = |v: Option<&Value>| v.and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok());
         let timings = v.get("timings");
-        let cached = count(timings.and_then(|t| t.get("cache_n")));
-        let prompt = count(v.get("tokens_evaluated")).or_else(|| Some(count(timings.and_then(|t| t.get("prompt_n")))? + cached.unwrap_or(0)));
+        let processed = count(timings.and_then(|t| t.get("prompt_n")));
+        let evaluated = count(v.get("tokens_evaluated"));
+        // Builds before `cache_n` say only how many prompt tokens they processed of how many.
+        let cached = count(timings.and_then(|t| t.get("cache_n"))).or_else(|| evaluated?.checked_sub(processed?));
+        let prompt = evaluated.or_else(|| Some(processed? + cached.unwrap_or(0)));
         Ok(EngineReply { tokens, prompt_tokens: prompt, cached_tokens: cached })
     }
 
@@ -261,6 +268,19 @@ mod tests {
         let r = LlamaCppDialect.parse_next_token(body.as_bytes()).unwrap();
         assert_eq!(r.tokens, vec![EngineToken { id: 12095, logprob: None }]);
         assert_eq!((r.prompt_tokens, r.cached_tokens), (Some(7), Some(0)));
+    }
+
+    #[test]
+    fn a_build_without_cache_n_tells_the_cached_prompt_tokens_by_what_it_processed_and_a_body_without_timings_tells_none() {
+        // `tokens_cached` is the slot's length after the request (prompt and generated): not read.
+        let older = r#"{"tokens":[12095],"tokens_evaluated":2016,"tokens_cached":2017,"timings":{"prompt_n":16,"prompt_ms":400.0,"predicted_n":1}}"#;
+        let r = LlamaCppDialect.parse_next_token(older.as_bytes()).unwrap();
+        assert_eq!((r.prompt_tokens, r.cached_tokens), (Some(2016), Some(2000)));
+        let miss = r#"{"tokens":[12095],"tokens_evaluated":2016,"timings":{"cache_n":0,"prompt_n":2016}}"#;
+        assert_eq!(LlamaCppDialect.parse_next_token(miss.as_bytes()).unwrap().cached_tokens, Some(0), "a prompt it could not find cached");
+        let bare = r#"{"tokens":[12095],"tokens_cached":2017}"#;
+        let r = LlamaCppDialect.parse_next_token(bare.as_bytes()).unwrap();
+        assert_eq!((r.prompt_tokens, r.cached_tokens), (None, None), "nothing said: nothing counted on");
     }
 
     #[test]

@@ -450,6 +450,13 @@ mod tests {
     }
 
     #[test]
+    fn a_radix_cache_miss_is_reported_as_zero_cached_not_as_unknown() {
+        let miss = DOCS_GENERATE.replace(r#""cached_tokens": 2, "cached_tokens_details": {"device": 2, "host": 0}"#, r#""cached_tokens": 0, "cached_tokens_details": {"device": 0, "host": 0}"#);
+        assert_ne!(miss, DOCS_GENERATE);
+        assert_eq!(SglangDialect::new().parse_next_token(miss.as_bytes()).unwrap().cached_tokens, Some(0));
+    }
+
+    #[test]
     fn ids_come_from_the_logprobs_when_output_ids_is_absent_and_mismatched_logprobs_are_dropped() {
         let r = SglangDialect::new().parse_next_token(br#"{"meta_info":{"output_token_logprobs":[[-0.5,7,null],[-0.25,9,"x"]]}}"#).unwrap();
         assert_eq!(r.tokens, vec![EngineToken { id: 7, logprob: Some(-0.5) }, EngineToken { id: 9, logprob: Some(-0.25) }]);

@@ -25,7 +25,8 @@
 //!   because vLLM fills unset parameters from the model's `generation_config.json` (Qwen2.5's
 //!   sets `repetition_penalty: 1.05`, which changes even greedy tokens).
 //! - `usage.prompt_tokens`; `usage.prompt_tokens_details.cached_tokens` only on a server started
-//!   with `--enable-prompt-tokens-details`.
+//!   with `--enable-prompt-tokens-details` (null otherwise: unknown, not 0, so the pool's
+//!   admission charges such a server every session's whole context).
 //! - vLLM reports an unknown logprob as -9999.0 (its floor for -inf); that is read as "none".
 //! - `GET /v1/models`: `data[0].id` (the served model name requests must carry) and
 //!   `data[0].max_model_len`; no vocabulary size. `POST /tokenize`
@@ -525,6 +526,15 @@ mod tests {
     // `token_id:N` logprob tokens. `token_logprobs` may hold null where vLLM has no value; the
     // usage block predates `prompt_tokens_details`.
     const COMPLETION_WITHOUT_TOKEN_IDS: &str = r#"{"id":"cmpl-1","object":"text_completion","created":1733000000,"model":"Qwen/Qwen2.5-32B-Instruct","choices":[{"index":0,"text":" Paris.","logprobs":{"text_offset":[0,6],"token_logprobs":[-0.0123,null],"tokens":["token_id:12095","token_id:13"],"top_logprobs":[{"token_id:12095":-0.0123},null]},"finish_reason":"length","stop_reason":null,"prompt_logprobs":null}],"usage":{"prompt_tokens":5,"total_tokens":7,"completion_tokens":2}}"#;
+
+    #[test]
+    fn a_server_without_prompt_tokens_details_reports_the_cache_hit_as_unknown_not_as_a_miss() {
+        let details_null = COMPLETION_WITH_IDS.replace(r#""prompt_tokens_details":{"cached_tokens":3}"#, r#""prompt_tokens_details":null"#);
+        let r = completions().parse_next_token(details_null.as_bytes()).unwrap();
+        assert_eq!((r.prompt_tokens, r.cached_tokens), (Some(5), None));
+        let miss = COMPLETION_WITH_IDS.replace(r#""cached_tokens":3"#, r#""cached_tokens":0"#);
+        assert_eq!(completions().parse_next_token(miss.as_bytes()).unwrap().cached_tokens, Some(0));
+    }
 
     #[test]
     fn ids_come_from_the_logprob_tokens_on_an_older_server() {

@@ -9,6 +9,16 @@
 //! After `Busy` or `Expired` a device sends a delta (the gateway applied its sync), after a
 //! failure a `Full`. The flood starts 1 s before them and lasts until they stop.
 //!
+//! On the engine path (`--engine`) the pause is sized to the engine instead: a CPU engine
+//! answers a few escalations a second, and twenty devices 500 ms apart would ask several times
+//! that by themselves, so no share of it could be served and the shares would say nothing.
+//! Before the flood, four sessions of a calibrating device measure the engine's capacity in the
+//! well-behaved shape (a warm `Full`, then 5-token deltas in closed loop for 5 s, 30 s
+//! deadlines: escalations answered per second), and the well-behaved devices pause so that
+//! together they offer `--fair-behaved-load` of it (half by default: their max-min fair share is
+//! then all they ask, and the flood's is the other half). The flood is unchanged: it asks as
+//! fast as it is answered, many times the capacity.
+//!
 //! While both run, each device's LLM tokens are counted from what it sees: an answered
 //! escalation is served the tokens its context grew by since the device's previous escalation
 //! (a `Full` sent again after a failure: all of it) plus the one generated; every escalation
@@ -36,8 +46,14 @@ use super::{classify, escalate, http_get, metric, request, Answer, Run, Tally};
 const BEHAVED: usize = 20;
 /// The flooding device's sessions.
 const FLOOD_SESSIONS: u64 = 40;
-/// A well-behaved device's pause between escalations.
+/// A well-behaved device's pause between escalations (on the engine path, at least this).
 const THINK: Duration = Duration::from_millis(500);
+/// Sessions measuring the engine's capacity (as many lanes).
+const CALIBRATION_LANES: u64 = 4;
+/// How long the capacity is measured, after each lane's warm `Full`.
+const CALIBRATE: Duration = Duration::from_secs(5);
+/// Deadline while the capacity is measured, ms.
+const CALIBRATION_DEADLINE_MS: u32 = 30_000;
 /// The flood's head start.
 const HEAD_START: Duration = Duration::from_secs(1);
 /// Odd answers (neither a token, `Busy` nor `Expired`) kept per session for the report.
@@ -149,10 +165,53 @@ struct Behaved {
     answers: Tally,
 }
 
+/// The engine's capacity in the well-behaved shape: escalations answered per second by
+/// [`CALIBRATION_LANES`] sessions in closed loop, and LLM tokens served per second.
+#[derive(Debug, Serialize)]
+struct Capacity {
+    escalations_per_s: f64,
+    tokens_per_s: f64,
+    answers: Tally,
+}
+
+/// Measure [`Capacity`] from a device of its own (see the module docs).
+async fn calibrate(run: &Run) -> anyhow::Result<Capacity> {
+    let conn = run.device.connect("calibrating-device").await?;
+    let shape = Shape { first: 32, delta: 5, deadline_ms: CALIBRATION_DEADLINE_MS, honours_busy: true, think: Duration::ZERO };
+    // Each lane's first escalation (its `Full`) goes before `from`: only warm deltas count.
+    let from = Instant::now() + Duration::from_secs(2);
+    let stop_at = from + CALIBRATE;
+    let lanes: Vec<_> = (0..CALIBRATION_LANES).map(|s| tokio::spawn(session(conn.clone(), s + 1, 2000 + s as u32, shape, from, stop_at, None))).collect();
+    let (mut answers, mut tokens) = (Tally::default(), 0u64);
+    for lane in lanes {
+        let seen = lane.await?;
+        merge(&mut answers, &seen.answers);
+        tokens += seen.served_tokens;
+    }
+    conn.close(0u32.into(), b"calibrated");
+    let secs = CALIBRATE.as_secs_f64();
+    Ok(Capacity { escalations_per_s: answers.token as f64 / secs, tokens_per_s: tokens as f64 / secs, answers })
+}
+
+/// The well-behaved devices' pause for them to offer `load` of `capacity` escalations per
+/// second together: at least [`THINK`], at most a minute.
+fn behaved_think(capacity: f64, load: f64) -> Duration {
+    let rate = capacity * load / BEHAVED as f64;
+    if !(rate.is_finite() && rate > 0.0) {
+        return Duration::from_secs(60);
+    }
+    Duration::from_secs_f64((1.0 / rate).clamp(THINK.as_secs_f64(), 60.0))
+}
+
 /// Run the scenario.
 pub(super) async fn fair_flood(run: &Run) -> anyhow::Result<serde_json::Value> {
     let deadline_ms = run.args.probe_deadline_ms;
     let secs = run.args.scenario_secs;
+    let capacity = match run.args.engines.is_empty() {
+        true => None,
+        false => Some(calibrate(run).await?),
+    };
+    let think = capacity.as_ref().map_or(THINK, |c| behaved_think(c.escalations_per_s, run.args.fair_behaved_load));
     let refused = |reason: &'static str| async move { labelled(run.gw.http, "duet_gateway_admission_refused_total", reason).await };
     let (share_before, cost_before, capacity_before) = (refused("share").await, refused("cost").await, refused("capacity").await);
     let opened_before = super::engine_overload::breaker_opened(run.gw.http).await;
@@ -169,7 +228,7 @@ pub(super) async fn fair_flood(run: &Run) -> anyhow::Result<serde_json::Value> {
     }
     tokio::time::sleep(HEAD_START).await;
     // The well-behaved devices.
-    let behaved_shape = Shape { first: 32, delta: 5, deadline_ms, honours_busy: true, think: THINK };
+    let behaved_shape = Shape { first: 32, delta: 5, deadline_ms, honours_busy: true, think };
     let mut behaved = Vec::new();
     let mut conns = Vec::new();
     for d in 0..BEHAVED {
@@ -227,8 +286,11 @@ pub(super) async fn fair_flood(run: &Run) -> anyhow::Result<serde_json::Value> {
     let backlogged = backlogged.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let after = run.after(0.0, None, Duration::from_secs(20)).await;
     let ready = http_get(run.gw.http, "/readyz").await.map(|(s, _)| s == 200).unwrap_or(false);
+    let behaved_offered: u64 = seen.iter().map(|s| s.offered_tokens).sum();
     Ok(json!({
         "behaved_devices": BEHAVED, "flood_sessions": FLOOD_SESSIONS, "secs": secs,
+        "capacity": capacity, "behaved_think_ms": think.as_millis() as u64,
+        "offered_tokens_per_s": { "behaved": behaved_offered as f64 / secs as f64, "flood": flood_seen.offered_tokens as f64 / secs as f64 },
         "tokens_served": total,
         "flood": { "offered_tokens": flood_seen.offered_tokens, "served_tokens": flood_seen.served_tokens,
             "share_of_tokens": flood_seen.served_tokens as f64 / total.max(1) as f64, "fair_share_tokens": fair[BEHAVED], "answers": flood_seen.answers, "odd_answers": flood_seen.odd },
@@ -272,7 +334,16 @@ pub(super) async fn labelled(http: std::net::SocketAddr, name: &str, reason: &st
 
 #[cfg(test)]
 mod tests {
-    use super::water_fill;
+    use super::{behaved_think, water_fill, THINK};
+    use std::time::Duration;
+
+    #[test]
+    fn the_behaved_devices_pause_so_that_together_they_offer_the_asked_share_of_the_capacity() {
+        // 8 escalations a second, half of it for 20 devices: one each every 5 s.
+        assert_eq!(behaved_think(8.0, 0.5), Duration::from_secs(5));
+        assert_eq!(behaved_think(1_000.0, 0.5), THINK, "never faster than on the embedded path");
+        assert_eq!(behaved_think(0.0, 0.5), Duration::from_secs(60), "an engine that answered nothing");
+    }
 
     #[test]
     fn a_device_asking_less_than_an_equal_split_is_owed_all_it_asked() {

@@ -6,9 +6,9 @@
 //! request on it missed its deadline: under 3x overload a device waited out its whole deadline
 //! for nothing. Engines keep their queue to themselves, so the pool estimates each worker's
 //! from what it sent there: the requests admitted and not finished, each with the tokens it
-//! runs ([`cost`]: the part of its context the worker's prefix cache does not hold, its draft,
-//! at least one), and a [`CostModel`] per worker, the seam's (a fixed time per step plus a time
-//! per token). An escalation is admitted to a worker when the work ahead there and its own
+//! runs ([`cost`]: its whole context unless the worker has *shown* it keeps the session's
+//! prefix, its draft, at least one), and a [`CostModel`] per worker, the seam's (a fixed time
+//! per step plus a time per token). An escalation is admitted to a worker when the work ahead there and its own
 //! fit the time to its deadline, by the rule both paths share
 //! ([`crate::dispatch::admission::within_deadline`]); [`decide`] picks among the workers that
 //! fit as the pool picks ([`super::pick::choose`]: its sticky worker first), and when none
@@ -29,10 +29,24 @@
 //! between what each request took and what was predicted, and the work ahead counts four
 //! times that on top ([`Load::margin_ms`]), so a worker whose answers vary admits less.
 //!
-//! A worker with nothing in flight admits whatever it is offered: a cost model learned under
-//! load (queueing included) may overestimate an idle worker, and a session refused for its own
-//! prefill on an idle worker would be refused for good (the batcher warms such a session; an
-//! engine has no way to be told to). The device's deadline already allows for its own prefill.
+//! What a worker's prefix cache holds is the engine's to know: with more sessions than slots
+//! it evicts, and a request dropped at its deadline may never have reached the cache at all.
+//! Assuming the session's last context was still there made a "16-token" request a 2,016-token
+//! prefill that stopped a llama-server for 45 s (BENCHMARKS.md, the engine path's fair
+//! flood). So a session's earlier context is counted as held only when the engine said so:
+//! each answer reports the prompt tokens it found cached (llama-server's `timings.cache_n`,
+//! SGLang's `cached_tokens`, vLLM's `prompt_tokens_details.cached_tokens` where enabled), and
+//! [`learn`] keeps, per session and worker, whether the last answer showed the session's
+//! earlier context cached ([`CacheSeen`]). Only then is the next escalation charged its delta;
+//! an engine that reports nothing, a first request, a miss, or a request not answered (its
+//! slot may hold anything) charges the whole context.
+//!
+//! A worker with nothing in flight admits what its model says takes up to twice the time left:
+//! a cost model learned under load (queueing included) may overestimate an idle worker, and a
+//! session refused for its own prefill on an idle worker may be refused for good (the batcher
+//! warms such a session; an engine has no way to be told to). Beyond that the prefill cannot be
+//! answered in time, and an engine does not stop a prefill it has started when the gateway
+//! drops the request: admitting it blocks the worker for everyone for many deadlines.
 //!
 //! Pure: the pool's shell reads the loads, the clock and the session's last worker, and
 //! applies the decision (`super::EnginePool::admit`).
@@ -132,6 +146,15 @@ impl Load {
         id
     }
 
+    /// The engine reported what the request `id` ran: `tokens` (the prompt tokens it did not
+    /// find cached, its draft, at least one). The model learns from that instead of the
+    /// estimate, so a wrong guess about the cache does not teach a wrong time per token.
+    pub fn settle(&mut self, id: u64, tokens: usize) {
+        if let Some(e) = self.entries.iter_mut().find(|e| e.id == id) {
+            e.tokens = tokens.max(1);
+        }
+    }
+
     /// The request `id` ended at `now`, answered or not: it is no longer ahead of anyone, and
     /// the model learns what it took (an unanswered one only when it ran past its prediction:
     /// a lower bound).
@@ -155,15 +178,57 @@ fn predicted_ms(model: &CostModel, ahead: Ahead, tokens: usize) -> f64 {
 }
 
 /// Tokens an escalation runs on a worker: the part of its `context_len` tokens of context that
-/// the worker's prefix cache does not hold (`held`: the length of the session's last context
-/// sent to that worker, if it was that worker), plus its draft's `draft_len`; at least one (its
-/// own step). A context shorter than what is held is a new one: all of it.
+/// the worker's prefix cache holds no longer (`held`: what the worker has shown it keeps of the
+/// session's context, [`CacheSeen::held`]; `None`, all of it), plus its draft's `draft_len`; at
+/// least one (its own step). A context shorter than what is held is a new one: all of it.
 pub fn cost(context_len: usize, draft_len: usize, held: Option<usize>) -> usize {
     let prefill = match held {
         Some(h) if h <= context_len => context_len - h,
         _ => context_len,
     };
     (prefill + draft_len).max(1)
+}
+
+/// Tokens a reported cache count may fall short of a session's earlier context and still show
+/// it kept: engines that cache in blocks report whole blocks (vLLM's default block is 16
+/// tokens); llama-server and SGLang report it to the token.
+pub const CACHE_GRAIN: usize = 16;
+
+/// What a worker's answers showed about one session's context in its prefix cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheSeen {
+    /// Context length of the session's last request the worker answered.
+    pub sent: usize,
+    /// Whether that answer showed the session's context before it still cached, and no request
+    /// went there since without an answer.
+    pub kept: bool,
+}
+
+impl CacheSeen {
+    /// What the worker may be counted on to hold of the session's context: the last answered
+    /// context when its answer showed the prefix kept, else nothing.
+    pub fn held(self) -> Option<usize> {
+        self.kept.then_some(self.sent)
+    }
+
+    /// A request of the session went to the worker: until its answer says otherwise, the slot
+    /// may hold anything (an engine may evict the context while running it, or never finish it).
+    pub fn in_flight(self) -> Self {
+        Self { kept: false, ..self }
+    }
+}
+
+/// What the worker's answer to a request of `sent` context tokens teaches, after `before` (what
+/// its answers showed so far; `None`, or nothing `sent`, for the session's first answer there): the context was
+/// kept when the engine reported `cached` prompt tokens, at least one, covering the context it
+/// answered before (short of it by less than [`CACHE_GRAIN`]). An engine that reports nothing
+/// shows nothing.
+pub fn learn(before: Option<CacheSeen>, sent: usize, cached: Option<u32>) -> CacheSeen {
+    let kept = match (before, cached) {
+        (Some(b), Some(c)) if b.sent > 0 => c > 0 && c as usize + CACHE_GRAIN > b.sent,
+        _ => false,
+    };
+    CacheSeen { sent, kept }
 }
 
 /// An escalation of `cost` tokens offered to a worker holding `ahead`, whose model is `model`.
@@ -180,19 +245,40 @@ pub struct Offer {
 }
 
 impl Offer {
-    /// `Ok` when the work ahead and the escalation's own fit `left` (always on an idle worker:
-    /// see the module docs); else the retry hint.
+    /// `Ok` when the work ahead and the escalation's own fit `left` (on an idle worker, when
+    /// its own fits [`IDLE_SLACK`] times `left`: see the module docs); else the retry hint.
     pub fn fits(&self, left: Duration) -> Result<(), u32> {
-        if self.ahead.requests == 0 {
-            return Ok(());
-        }
-        let queued_ms = self.model.estimate_ms(self.ahead.requests, self.ahead.tokens, usize::MAX) + self.margin_ms;
         // Its own step is not held against it (devices' deadlines allow for the service time),
         // as on the batcher's path.
         let own_ms = self.cost.saturating_sub(1) as f64 * self.model.token_ms;
+        if self.ahead.requests == 0 {
+            return within_deadline(0.0, own_ms, left.mul_f64(IDLE_SLACK));
+        }
+        let queued_ms = self.model.estimate_ms(self.ahead.requests, self.ahead.tokens, usize::MAX) + self.margin_ms;
         within_deadline(queued_ms, own_ms, left)
     }
+
+    /// Tokens of work the worker can hold in flight and still answer a short escalation within
+    /// `left`: the time left less one step and the margin, over the time per token. What fair
+    /// sharing divides between devices ([`super::share`]).
+    pub fn budget_tokens(&self, left: Duration) -> usize {
+        let ms = left.as_secs_f64() * 1e3 - self.model.batch_ms - self.margin_ms;
+        if ms <= 0.0 {
+            return 0;
+        }
+        if self.model.token_ms <= 0.0 {
+            return MAX_BUDGET;
+        }
+        ((ms / self.model.token_ms) as usize).min(MAX_BUDGET)
+    }
 }
+
+/// How many times the time left an idle worker's model may say an escalation's own prefill
+/// takes and still be admitted (see the module docs).
+pub const IDLE_SLACK: f64 = 2.0;
+
+/// The most tokens [`Offer::budget_tokens`] counts (a model that learned no time per token).
+const MAX_BUDGET: usize = 1 << 24;
 
 /// One worker as admission sees it, in the session's rendezvous order.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -269,9 +355,47 @@ mod tests {
     }
 
     #[test]
-    fn an_idle_worker_admits_even_what_its_model_says_is_too_long() {
-        let full = worker(0, Ahead::default(), 4_000);
-        assert_eq!(decide(&[full], &PickPolicy::default(), 0, 1_000 * MS, true, 80), Ok(0));
+    fn an_idle_worker_admits_up_to_twice_the_time_left_but_not_a_prefill_that_would_block_it_for_many_deadlines() {
+        // 20 ms a token: 60 tokens take 1.18 s of a 1 s deadline, 4,000 tokens 80 s.
+        assert_eq!(decide(&[worker(0, Ahead::default(), 60)], &PickPolicy::default(), 0, 1_000 * MS, true, 80), Ok(0), "the model may overestimate an idle worker");
+        let refused = decide(&[worker(0, Ahead::default(), 4_000)], &PickPolicy::default(), 0, 1_000 * MS, true, 80).unwrap_err();
+        assert_eq!(refused, Busy { retry_after_ms: 30_000, reason: BusyReason::Cost });
+    }
+
+    #[test]
+    fn an_escalation_is_charged_its_whole_context_until_the_engine_shows_it_kept_the_prefix() {
+        // The first answer: nothing before it to have kept, whatever the engine reports.
+        let first = learn(None, 32, Some(0));
+        assert_eq!(learn(Some(CacheSeen::default()), 32, Some(30)).held(), None, "another session's prefix is no sign of this one's");
+        assert_eq!((first.held(), cost(37, 0, first.held())), (None, 37));
+        // The next answer found the 32 tokens cached: the one after is charged its delta.
+        let second = learn(Some(first.in_flight()), 37, Some(32));
+        assert_eq!((second.held(), cost(42, 0, second.held())), (Some(37), 5));
+        // The slot was given to another session in between: all of it again.
+        let evicted = learn(Some(second), 42, Some(0));
+        assert_eq!(cost(47, 0, evicted.held()), 47);
+        // Only a shared prefix survived (another session's 8-token system prompt).
+        assert_eq!(learn(Some(second), 42, Some(8)).held(), None);
+        // An engine that reports no cache figures shows nothing.
+        assert_eq!(learn(Some(second), 42, None).held(), None);
+        // Engines that cache in blocks report whole blocks: short by less than one still counts.
+        assert_eq!(learn(Some(CacheSeen { sent: 100, kept: true }), 105, Some(96)).held(), Some(105));
+        assert_eq!(learn(Some(CacheSeen { sent: 100, kept: true }), 105, Some(80)).held(), None);
+    }
+
+    #[test]
+    fn a_request_not_answered_leaves_nothing_counted_as_held() {
+        let seen = CacheSeen { sent: 200, kept: true };
+        assert_eq!(seen.in_flight().held(), None, "dropped at its deadline: its slot may hold anything");
+        assert_eq!(seen.in_flight().sent, 200, "what was last answered stays the reference for the next answer");
+    }
+
+    #[test]
+    fn the_budget_is_the_tokens_a_worker_runs_in_the_time_left_after_one_step_and_the_margin() {
+        let offer = |margin_ms| Offer { ahead: Ahead::default(), model: CPU, margin_ms, cost: 1 };
+        assert_eq!(offer(0.0).budget_tokens(1_000 * MS), 45, "(1000 - 100) / 20");
+        assert_eq!(offer(300.0).budget_tokens(1_000 * MS), 30);
+        assert_eq!(offer(0.0).budget_tokens(50 * MS), 0, "less than a step");
     }
 
     #[test]
@@ -297,6 +421,18 @@ mod tests {
         assert_eq!(load.observed(), 1, "an unanswered request ended before its prediction teaches nothing");
         load.finish(a, true, t0 + 10 * MS);
         assert_eq!(load.observed(), 1, "an id ends once");
+    }
+
+    #[test]
+    fn the_model_learns_from_the_tokens_the_engine_reported_it_ran_not_from_the_estimate() {
+        let t0 = Instant::now();
+        let mut load = Load::new(CostModel { batch_ms: 100.0, token_ms: 1.0 });
+        // Charged 20 (a delta on a cache it assumed), the engine ran 1,001 tokens in 10.1 s:
+        // 10 ms for each beyond the first.
+        let id = load.reserve(20, t0);
+        load.settle(id, 1_001);
+        load.finish(id, true, t0 + 10_100 * MS);
+        assert!((load.model().token_ms - (0.8 * 1.0 + 0.2 * 10.0)).abs() < 1e-9, "{:?}", load.model());
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! The engine pool as one of the gateway's two LLM paths: its side of the [`Dispatch`] seam.
 //!
-//! No queue: an escalation is refused `Busy` at once when no worker has room, when no worker
-//! with room can answer it before its deadline (`super::admission`: for its cost), or when its
-//! device holds its fair share of a pool at least half full (`super::share`), and otherwise
+//! No queue: an escalation is refused `Busy` at once when its device is over its fair share of
+//! the work a contended pool holds (`super::share`), when no worker has room, or when no worker
+//! with room can answer it before its deadline (`super::admission`: for its cost), and otherwise
 //! becomes one request on the pool ([`EnginePool::answer`]) on a task of its own, dropped
 //! mid-request as soon as the device stops waiting; a greedy escalation's draft is checked in
 //! that one request and answered with the pool's verdict. Failures are told to the device in the
@@ -17,7 +17,7 @@ use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use super::{Admitted, EnginePool, PoolError};
-use crate::dispatch::{Busy, BusyReason, Dispatch, LlmError, LlmRequest, Outcome};
+use crate::dispatch::{Busy, Dispatch, LlmError, LlmRequest, Outcome};
 use crate::engine::EngineError;
 use crate::sessions::SessionKey;
 
@@ -29,22 +29,19 @@ impl Dispatch for EngineDispatch {
     fn try_submit(&self, request: LlmRequest, deadline: Instant, now: Instant) -> Result<oneshot::Receiver<Outcome>, Busy> {
         let pool = &self.0;
         let admitted = pool.admit(&request, deadline, now)?;
-        let Some(share) = pool.take_share(&request.session.device) else {
-            return Err(Busy { retry_after_ms: pool.service_ms().max(5), reason: BusyReason::Share });
-        };
         let (tx, rx) = oneshot::channel();
         // Under the escalation's span; none outside one (a span would start a trace).
         let span = match tracing::Span::current().is_disabled() {
             true => tracing::Span::none(),
             false => tracing::info_span!(target: TRACE_TARGET, "backend", backend = "engines", outcome = tracing::field::Empty),
         };
-        // The device's place is held until the request ends, however it ends.
+        // The request counts in its worker's load and its device's share until it ends,
+        // however it ends.
         let pool = Arc::clone(pool);
         tokio::spawn(
             async move {
                 run(pool, request, deadline, tx, &admitted).await;
                 drop(admitted);
-                drop(share);
             }
             .instrument(span),
         );
@@ -147,6 +144,49 @@ mod tests {
         let spec = format!("llamacpp=http://{}", listener.local_addr().unwrap()).parse().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });
         (spec, asked)
+    }
+
+    /// A llama-server stand-in that reports every prompt's last 5 tokens processed and the rest
+    /// found cached (`timings.cache_n`), as a slot that kept the session's context would.
+    async fn caching_engine() -> EngineSpec {
+        let app = axum::Router::new().route(
+            "/completion",
+            axum::routing::post(|axum::Json(b): axum::Json<serde_json::Value>| async move {
+                let n = b["prompt"].as_array().map_or(0, Vec::len);
+                let cached = n.saturating_sub(5);
+                axum::Json(serde_json::json!({"tokens": [5], "tokens_evaluated": n, "timings": {"cache_n": cached, "prompt_n": n - cached}}))
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let spec = format!("llamacpp=http://{}", listener.local_addr().unwrap()).parse().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        spec
+    }
+
+    #[tokio::test]
+    async fn a_session_is_charged_its_delta_only_after_the_engine_reported_its_context_cached() {
+        let spec = caching_engine().await;
+        let client = EngineClient::new(&spec, Arc::new(LlamaCppDialect)).unwrap();
+        let pool = EnginePool::new(PoolConfig { engines: vec![spec], ..PoolConfig::default() }, vec![client], 1000);
+        let session = SessionKey { device: Arc::from("d"), session_id: 1 };
+        let request = |len: u32| LlmRequest { session: session.clone(), context: (0..len).collect::<Vec<u32>>().into(), sampling: Default::default(), seq: len, draft: Default::default() };
+        let deadline = || Instant::now() + std::time::Duration::from_secs(5);
+        // Admitted, it counts in the worker's load with the tokens it is charged.
+        let charged = |a: &Admitted| a.workers[a.first].load().ahead().tokens;
+        let mut costs = Vec::new();
+        for len in [10, 15, 20] {
+            let r = request(len);
+            let admitted = pool.admit(&r, deadline(), Instant::now()).unwrap();
+            costs.push(charged(&admitted));
+            pool.answer(&r, deadline(), &admitted).await.unwrap();
+        }
+        assert_eq!(costs, vec![10, 15, 5], "the first answer shows nothing kept; the second shows the 10 tokens before it cached");
+        // Sent and not answered (the device left): its slot may hold anything.
+        let dropped = pool.admit(&request(25), deadline(), Instant::now()).unwrap();
+        assert_eq!(charged(&dropped), 5);
+        drop(dropped);
+        let next = pool.admit(&request(30), deadline(), Instant::now()).unwrap();
+        assert_eq!(charged(&next), 30, "after a request not answered, the whole context again");
     }
 
     async fn answer(pool: &EngineDispatch, draft: &[u32], sampling: common::sampling::SamplingParams) -> Outcome {

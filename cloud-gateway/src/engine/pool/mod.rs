@@ -14,9 +14,12 @@
 //! - **Bounded**: at most `max_in_flight` requests per worker; when no worker has room the
 //!   gateway answers `Busy` at once ([`EnginePool::has_room`]).
 //! - **Admission by cost** ([`admission`]): each worker's admitted requests are counted in
-//!   tokens against a cost model learned from the requests it answered; an escalation goes only
-//!   to a worker whose queue lets it be answered before its deadline, and hears `Busy` at once
-//!   when none does ([`EnginePool::admit`], before any request is sent).
+//!   tokens (a session's whole context unless the worker's last answer showed it cached)
+//!   against a cost model learned from the requests it answered; an escalation goes only to a
+//!   worker whose queue lets it be answered before its deadline, and hears `Busy` at once when
+//!   none does ([`EnginePool::admit`], before any request is sent).
+//! - **Fair shares** ([`share`]): once half the tokens the workers can run before a deadline
+//!   are in flight, a device over its max-min fair share of them is refused first.
 //! - **Membership**: workers join (verified first) and leave (drained: no new picks, requests
 //!   in flight finish) while the pool serves, as discovered engines' names resolve to other
 //!   addresses ([`membership`], [`crate::engine::discovery`]). The set is replaced as a whole,
@@ -43,15 +46,15 @@ use common::sampling::SamplingParams;
 use rand::Rng;
 use tokio::task::JoinHandle;
 
-use self::admission::{Load, Offer, DEFAULT_START};
+use self::admission::{CacheSeen, Load, Offer, DEFAULT_START};
 use self::breaker::{BreakerConfig, BreakerState, CircuitBreaker, Transition};
 use self::health::{HealthConfig, HealthTracker};
 use self::pick::{choose, rendezvous_order, Candidate, PickPolicy};
-use self::share::{DeviceSlot, DeviceSlots};
+use self::share::WorkShare;
 use super::client::EngineClient;
 use super::{DraftCheckRequest, EngineError, EngineReply, EngineSpec, NextTokenRequest};
-use crate::dispatch::admission::CostModel;
-use crate::dispatch::{Busy, LlmRequest, LlmToken};
+use crate::dispatch::admission::{retry_after_ms, CostModel};
+use crate::dispatch::{Busy, BusyReason, LlmRequest, LlmToken};
 use crate::sessions::SessionKey;
 
 /// Settings of an engine pool.
@@ -78,8 +81,10 @@ pub struct PoolConfig {
     pub resolve_interval: Duration,
     /// How long an address whose start-up check failed stays out before it is checked again.
     pub refused_retry: Duration,
-    /// Share the places fairly between devices: once half are taken, a device holding its
-    /// share is refused first ([`share`]); the gateway's `[overload] fair-share` sets it.
+    /// Share the workers' time fairly between devices: once half the tokens they can run before
+    /// a deadline are in flight, a device over its fair share of them is refused first
+    /// ([`share`]); the gateway's `[overload] fair-share` sets it. Only with `admit_by_cost`:
+    /// the tokens that fit a deadline are the cost model's.
     pub fair_share: bool,
     /// Refuse `Busy` at once an escalation no worker's queue lets be answered before its
     /// deadline ([`admission`]); off, only the in-flight bound refuses (`--engine-admission`).
@@ -329,11 +334,12 @@ pub struct EnginePool {
     /// The task that keeps membership up to date (discovered engines, late workers), if any:
     /// stopped with the pool.
     discovery: Option<tokio::task::AbortHandle>,
-    /// Requests in flight per device, for fair shares of the places.
-    slots: Arc<DeviceSlots>,
-    /// Per session, the worker its last escalation was admitted to and its context's length
-    /// then: what that worker's prefix cache holds (admission's [`admission::cost`]).
-    sessions: Mutex<HashMap<SessionKey, (String, usize)>>,
+    /// Tokens in flight per device, for fair shares of the workers' time.
+    share: Arc<Mutex<WorkShare>>,
+    /// Per session, the worker its last escalation went to and what that worker's answers
+    /// showed of its prefix cache (admission's [`admission::cost`] charges the delta only when
+    /// it showed the context kept).
+    sessions: Mutex<HashMap<SessionKey, (String, CacheSeen)>>,
     /// Admissions one at a time, so that each sees the ones before it in the workers' loads.
     admitting: Mutex<()>,
 }
@@ -361,7 +367,7 @@ impl EnginePool {
             service_ms: AtomicU32::new(0),
             vocab_size,
             discovery: None,
-            slots: Arc::default(),
+            share: Arc::new(Mutex::new(WorkShare::new(crate::dispatch::fair::DEFAULT_MAX_DEVICES, share::DEFAULT_WINDOW))),
             sessions: Mutex::default(),
             admitting: Mutex::new(()),
         }
@@ -426,10 +432,11 @@ impl EnginePool {
     }
 
     /// Admit `request` at `now` to the worker it will be sent to first, or refuse it `Busy`
-    /// at once: for capacity when no worker is open with room, for its cost when none of
-    /// those can answer it before `deadline` ([`admission::decide`]; with `admit_by_cost` off,
-    /// the count bound alone). The admitted request counts in that worker's load until the
-    /// [`Admitted`] is dropped.
+    /// at once: for its device's share when fair sharing (and admission by cost) is on and the
+    /// device is over its share of a contended pool ([`share`]), for capacity when no worker is open with room, for its
+    /// cost when none of those can answer it before `deadline` ([`admission::decide`]; with
+    /// `admit_by_cost` off, the count bound alone). The admitted request counts in that
+    /// worker's load and its device's share until the [`Admitted`] is dropped.
     pub fn admit(&self, request: &LlmRequest, deadline: Instant, now: Instant) -> Result<Admitted, Busy> {
         let workers = self.members.snapshot();
         let labels: Vec<&str> = workers.iter().map(|w| w.label.as_str()).collect();
@@ -442,7 +449,7 @@ impl EnginePool {
             .map(|&index| {
                 let w = &workers[index];
                 let load = w.load();
-                let held = last.as_ref().filter(|(label, _)| *label == w.label).map(|(_, len)| *len);
+                let held = last.as_ref().filter(|(label, _)| *label == w.label).and_then(|(_, seen)| seen.held());
                 let cost = admission::cost(request.context.len(), request.draft.len(), held);
                 let offer = Offer { ahead: load.ahead(), model: load.model(), margin_ms: load.margin_ms(), cost };
                 let in_flight = w.in_flight().max(offer.ahead.requests);
@@ -450,22 +457,63 @@ impl EnginePool {
             })
             .collect();
         let left = deadline.saturating_duration_since(now);
+        let device = &request.session.device;
+        let shares = self.config.fair_share && self.config.admit_by_cost;
+        if shares {
+            self.check_share(&views, device, left, now)?;
+        }
         let first = admission::decide(&views, &self.config.pick, rr, left, self.config.admit_by_cost, self.service_ms())?;
         let cost = views.iter().find(|v| v.index == first).map_or(1, |v| v.offer.cost);
         let load_id = workers[first].load().reserve(cost, now);
-        self.remember(&request.session, &workers[first].label, request.context.len());
-        Ok(Admitted { workers, order, rr, first, load_id, answered: AtomicBool::new(false) })
+        let share = shares.then(|| {
+            let mut share = self.share.lock().unwrap_or_else(|p| p.into_inner());
+            share.start(device, cost, now);
+            metrics::gauge!("duet_gateway_fair_backlogged_devices").set(share.in_flight_devices() as f64);
+            (self.share.clone(), device.clone(), cost)
+        });
+        self.sent(&request.session, &workers[first].label);
+        Ok(Admitted { workers, order, rr, first, load_id, answered: AtomicBool::new(false), ran: AtomicUsize::new(0), share })
     }
 
-    /// Note that `session`'s context of `len` tokens goes to the worker labelled `label`.
-    fn remember(&self, session: &SessionKey, label: &str, len: usize) {
+    /// Refuse `device` for its share ([`share`]) of the open workers' budget for `left`, its
+    /// escalation costing what it costs on the first of them (its sticky worker when open).
+    fn check_share(&self, views: &[admission::Worker], device: &Arc<str>, left: Duration, now: Instant) -> Result<(), Busy> {
+        let open: Vec<&admission::Worker> = views.iter().filter(|v| v.open).collect();
+        let Some(first) = open.first() else { return Ok(()) };
+        let budget = open.iter().map(|v| v.offer.budget_tokens(left)).fold(0usize, usize::saturating_add);
+        let refused = self.share.lock().unwrap_or_else(|p| p.into_inner()).admit(device, first.offer.cost, budget, now);
+        refused.map_err(|over| {
+            // Back once its own work in flight has gone through.
+            let model = first.offer.model;
+            Busy { retry_after_ms: retry_after_ms(model.batch_ms + over.held as f64 * model.token_ms).max(self.service_ms()), reason: BusyReason::Share }
+        })
+    }
+
+    /// Note that a request of `session` goes to the worker labelled `label`: until its answer
+    /// says otherwise, that worker is not counted on to hold the session's context.
+    fn sent(&self, session: &SessionKey, label: &str) {
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         if sessions.len() >= MAX_SESSIONS_REMEMBERED && !sessions.contains_key(session) {
             // Sessions are forgotten as they end; this only bounds a leak. Forgetting costs
             // an estimate (the whole context instead of its delta), never an answer.
             sessions.clear();
         }
-        sessions.insert(session.clone(), (label.to_string(), len));
+        let seen = match sessions.get(session) {
+            Some((l, seen)) if l == label => seen.in_flight(),
+            _ => CacheSeen::default(),
+        };
+        sessions.insert(session.clone(), (label.to_string(), seen));
+    }
+
+    /// The worker labelled `label` answered `session`'s request of `sent` context tokens,
+    /// reporting `cached` prompt tokens found in its prefix cache: what it shows it keeps.
+    fn answered(&self, session: &SessionKey, label: &str, sent: usize, cached: Option<u32>) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let before = sessions.get(session).filter(|(l, _)| l == label).map(|(_, seen)| *seen);
+        if before.is_none() && sessions.len() >= MAX_SESSIONS_REMEMBERED {
+            return;
+        }
+        sessions.insert(session.clone(), (label.to_string(), admission::learn(before, sent, cached)));
     }
 
     /// A session ended: forget which worker holds its context.
@@ -488,17 +536,6 @@ impl EnginePool {
     /// answers `Busy` instead of queueing.
     pub fn has_room(&self, now: Instant) -> bool {
         self.members.snapshot().iter().any(|w| w.in_flight() < self.config.max_in_flight_per_worker && w.is_available(now))
-    }
-
-    /// A place for one request of `device`, counted until dropped; `None` when fair sharing is
-    /// on and the device is over its share of a contended pool ([`share`]).
-    pub fn take_share(&self, device: &Arc<str>) -> Option<Option<DeviceSlot>> {
-        if !self.config.fair_share {
-            return Some(None);
-        }
-        let slot = self.slots.try_take(device, self.in_flight(), self.capacity());
-        metrics::gauge!("duet_gateway_fair_backlogged_devices").set(self.slots.devices() as f64);
-        slot.map(Some)
     }
 
     /// Whether any worker is available at all (readiness).
@@ -578,7 +615,11 @@ impl EnginePool {
                     slot.succeeded(done);
                     if index == admitted.first {
                         admitted.answered.store(true, Ordering::Relaxed);
+                        if let Some(ran) = ran_tokens(&reply, request.context.len() + ask.draft().len()) {
+                            admitted.ran.store(ran, Ordering::Relaxed);
+                        }
                     }
+                    self.answered(&request.session, &worker.label, request.context.len(), reply.cached_tokens);
                     self.record_success(worker, &reply, seconds, ask.draft().len(), verdict.accepted as usize);
                     return Ok(verdict);
                 }
@@ -713,13 +754,39 @@ pub struct Admitted {
     load_id: u64,
     /// Whether the first worker answered it.
     answered: AtomicBool,
+    /// The tokens the first worker reported it ran, when it did (0: not reported).
+    ran: AtomicUsize,
+    /// Its device's share and its cost there, with fair sharing on.
+    share: Option<(Arc<Mutex<WorkShare>>, Arc<str>, usize)>,
 }
 
 impl Drop for Admitted {
     fn drop(&mut self) {
+        let now = Instant::now();
         let answered = self.answered.load(Ordering::Relaxed);
-        self.workers[self.first].load().finish(self.load_id, answered, Instant::now());
+        {
+            let mut load = self.workers[self.first].load();
+            let ran = self.ran.load(Ordering::Relaxed);
+            if ran > 0 {
+                load.settle(self.load_id, ran);
+            }
+            load.finish(self.load_id, answered, now);
+        }
+        if let Some((share, device, cost)) = &self.share {
+            let mut share = share.lock().unwrap_or_else(|p| p.into_inner());
+            share.end(device, *cost, now);
+            metrics::gauge!("duet_gateway_fair_backlogged_devices").set(share.in_flight_devices() as f64);
+        }
     }
+}
+
+/// The tokens an answered request ran, from the engine's report: the prompt tokens it did not
+/// find cached, and the positions of `asked` (context and draft) not in the prompt (a
+/// llama-server draft check decodes them one by one); `None` when it reported no cache figures.
+fn ran_tokens(reply: &EngineReply, asked: usize) -> Option<usize> {
+    let prompt = reply.prompt_tokens? as usize;
+    let cached = reply.cached_tokens? as usize;
+    Some((prompt.saturating_sub(cached) + asked.saturating_sub(prompt)).max(1))
 }
 
 /// Run futures concurrently and wait for all (a few workers: no need for a crate).

@@ -1,99 +1,299 @@
-//! Fair shares of the engine pool's places between devices.
+//! Fair shares of the engine pool's work between devices, weighted by tokens.
 //!
 //! The pool has no queue of its own (engines batch continuously; an escalation is one HTTP
-//! request, refused `Busy` at once when no worker has room), so there is no waiting request to
-//! pick: fairness applies at admission instead. Each device's requests in flight are counted
-//! (its sessions together, keyed by its verified identity) and, once the pool's places are at
-//! least half taken, a device holding its share of them (`places / devices`) is refused `Busy`
-//! first ([`crate::dispatch::fair::over_share`]), so one device cannot take every place and
-//! the next places to free go to the others. An entry lives only while the device has a
-//! request in flight, so the map is bounded by the pool's places.
+//! request, refused `Busy` at once when no worker can answer it in time), and an engine serves
+//! what it holds in its own order, so there is no waiting request to pick and the batcher's
+//! virtual token counter ([`crate::dispatch::fair`]), which orders a queue, has nothing to
+//! order here. What runs out is the engine's time: the work in flight on the workers, in
+//! tokens (admission's [`super::admission::cost`] of each request), is what every new
+//! escalation waits behind. So fairness applies at admission, to that work: each device's
+//! tokens in flight (its sessions together, keyed by its verified identity) against its
+//! max-min fair share ([`water_fill`]) of the pool's budget, the tokens the workers can hold
+//! and still answer a short escalation before its deadline
+//! ([`super::admission::Offer::budget_tokens`]).
+//!
+//! Sharing by request count did not bind: places were never what ran out (BENCHMARKS.md, the
+//! engine path's fair flood), and a light device holds nothing between its escalations, so a
+//! count of devices in flight left the flood all but an eighth of the pool and the light device
+//! found the engine's time taken. Here a device that escalated within the last `window` stays
+//! active between escalations and its demand counts: what it last asked for (one escalation's
+//! cost) or, while it has more in flight, that. A flood's demand is what it holds; a light
+//! device's share is all it asks as long as that is below an equal split, and the flood's share
+//! is the budget less what the others ask.
+//!
+//! Rules ([`WorkShare::admit`]):
+//! - a device with nothing in flight is never refused for its share (one escalation at a time
+//!   is the least any device may have; the cost rule still applies to it);
+//! - below half the budget taken (with the escalation) no device is refused: work-conserving;
+//! - otherwise a device whose tokens in flight with this escalation's would pass its fair share
+//!   is refused `Busy` (reason `share`), before the cost rule refuses whoever comes next.
+//!
+//! Bounded: at most `max_devices` devices (more only while more have requests in flight, which
+//! the pool's places bound), idle ones least recently seen forgotten first; an idle device past its `window` is forgotten
+//! at once. Pure: `now` and the budget are passed in; the pool's shell holds one behind a lock.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use crate::dispatch::fair::over_share;
+/// How long after its last escalation a device's demand still counts: a few pauses of a device
+/// in conversation (the well-behaved devices of the fair-flood scenario escalate every 0.5 s
+/// on the embedded path, every few seconds against a CPU engine). A device that left stops
+/// holding its ask back from the others after this.
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(30);
 
-/// Requests in flight per device.
-#[derive(Debug, Default)]
-pub struct DeviceSlots {
-    held: Mutex<HashMap<Arc<str>, usize>>,
+/// One device's work.
+#[derive(Debug, Clone, Copy)]
+struct Device {
+    /// Tokens admitted and not finished.
+    in_flight: usize,
+    /// Requests admitted and not finished.
+    requests: usize,
+    /// The cost of its last escalation, admitted or not.
+    asked: usize,
+    /// Its last escalation or its last request's end.
+    seen: Instant,
 }
 
-/// One request's place, counted as its device's until dropped.
+/// A refusal for the device's share: what it holds and what its share is, in tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverShare {
+    /// Its tokens in flight.
+    pub held: usize,
+    /// Its fair share of the budget.
+    pub share: usize,
+}
+
+/// The devices' work in flight on the pool (see the module docs).
 #[derive(Debug)]
-pub struct DeviceSlot {
-    slots: Arc<DeviceSlots>,
-    device: Arc<str>,
+pub struct WorkShare {
+    devices: HashMap<Arc<str>, Device>,
+    max_devices: usize,
+    window: Duration,
 }
 
-impl DeviceSlots {
-    /// Count a request of `device` in flight, unless the device is over its share of
-    /// `capacity` places of which `in_flight` are taken; `None` when it is.
-    pub fn try_take(self: &Arc<Self>, device: &Arc<str>, in_flight: usize, capacity: usize) -> Option<DeviceSlot> {
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        let mine = held.get(device).copied().unwrap_or(0);
-        let others = held.len() - usize::from(mine > 0);
-        if over_share(mine, others, in_flight, capacity) {
-            return None;
+impl WorkShare {
+    /// Shares between devices active within `window`, remembering at most `max_devices` (at
+    /// least 1) besides those in flight.
+    pub fn new(max_devices: usize, window: Duration) -> Self {
+        Self { devices: HashMap::new(), max_devices: max_devices.max(1), window }
+    }
+
+    /// Whether `device` may put an escalation of `cost` tokens in flight on a pool whose budget
+    /// is `budget` tokens, at `now`; its ask is remembered either way.
+    pub fn admit(&mut self, device: &Arc<str>, cost: usize, budget: usize, now: Instant) -> Result<(), OverShare> {
+        self.forget_idle(now);
+        let d = self.devices.entry(device.clone()).or_insert(Device { in_flight: 0, requests: 0, asked: cost, seen: now });
+        d.asked = cost;
+        d.seen = now;
+        let mine = *d;
+        self.evict(device);
+        if mine.requests == 0 {
+            return Ok(());
         }
-        *held.entry(device.clone()).or_insert(0) += 1;
-        Some(DeviceSlot { slots: self.clone(), device: device.clone() })
+        let total: usize = self.devices.values().map(|d| d.in_flight).sum();
+        if total.saturating_add(cost).saturating_mul(2) <= budget {
+            return Ok(());
+        }
+        let mut me = 0;
+        let demands: Vec<usize> = self
+            .devices
+            .iter()
+            .enumerate()
+            .map(|(i, (k, d))| match k == device {
+                true => {
+                    me = i;
+                    d.in_flight.saturating_add(cost)
+                }
+                false => d.in_flight.max(d.asked),
+            })
+            .collect();
+        let share = water_fill(&demands, budget)[me];
+        let held = mine.in_flight;
+        match held.saturating_add(cost) > share {
+            true => Err(OverShare { held, share }),
+            false => Ok(()),
+        }
+    }
+
+    /// `device`'s escalation of `cost` tokens was admitted at `now`: in flight until
+    /// [`WorkShare::end`].
+    pub fn start(&mut self, device: &Arc<str>, cost: usize, now: Instant) {
+        let d = self.devices.entry(device.clone()).or_insert(Device { in_flight: 0, requests: 0, asked: cost, seen: now });
+        d.in_flight = d.in_flight.saturating_add(cost);
+        d.requests += 1;
+        d.seen = now;
+    }
+
+    /// `device`'s request of `cost` tokens ended at `now`, however it ended.
+    pub fn end(&mut self, device: &str, cost: usize, now: Instant) {
+        if let Some(d) = self.devices.get_mut(device) {
+            d.in_flight = d.in_flight.saturating_sub(cost);
+            d.requests = d.requests.saturating_sub(1);
+            d.seen = now;
+        }
     }
 
     /// Devices with requests in flight.
-    pub fn devices(&self) -> usize {
-        self.held.lock().unwrap_or_else(|p| p.into_inner()).len()
+    pub fn in_flight_devices(&self) -> usize {
+        self.devices.values().filter(|d| d.requests > 0).count()
     }
-}
 
-impl Drop for DeviceSlot {
-    fn drop(&mut self) {
-        let mut held = self.slots.held.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = held.get_mut(&self.device) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                held.remove(&self.device);
+    /// Devices remembered (in flight, or idle within their window and the bound).
+    pub fn len(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// Whether no device is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.devices.is_empty()
+    }
+
+    /// Forget idle devices not seen within the window.
+    fn forget_idle(&mut self, now: Instant) {
+        let window = self.window;
+        self.devices.retain(|_, d| d.requests > 0 || now.saturating_duration_since(d.seen) <= window);
+    }
+
+    /// Forget idle devices, least recently seen first, until at most `max_devices` remain
+    /// besides those in flight (never `keep`).
+    fn evict(&mut self, keep: &Arc<str>) {
+        while self.devices.len() > self.max_devices {
+            let oldest = self.devices.iter().filter(|(k, d)| d.requests == 0 && *k != keep).min_by_key(|(_, d)| d.seen).map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => {
+                    self.devices.remove(&k);
+                }
+                None => break,
             }
         }
     }
+}
+
+/// Max-min fair shares of `capacity` among `demands`: a demand below an equal split of what is
+/// left gets all it asks, the rest is split among the others.
+pub fn water_fill(demands: &[usize], capacity: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..demands.len()).collect();
+    order.sort_by_key(|&i| demands[i]);
+    let mut fair = vec![0; demands.len()];
+    let mut left = capacity;
+    for (k, &i) in order.iter().enumerate() {
+        let level = left / (order.len() - k);
+        fair[i] = demands[i].min(level);
+        left -= fair[i];
+    }
+    fair
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_flooding_device_is_refused_before_it_takes_a_light_devices_place() {
-        let slots = Arc::new(DeviceSlots::default());
-        let (flood, light) = (Arc::from("flood"), Arc::from("light"));
-        let mut held = Vec::new();
-        // 8 places: alone, the flood may take all but an eighth...
-        for in_flight in 0..7 {
-            held.push(slots.try_take(&flood, in_flight, 8).expect("its share is 7 places"));
-        }
-        assert!(slots.try_take(&flood, 7, 8).is_none(), "one place is kept for a device that comes");
-        // ...and once a light device holds one, the flood's share is 4 of 8.
-        let l = slots.try_take(&light, 7, 8).expect("the place kept");
-        drop(l);
-        drop(held.drain(..3));
-        let l = slots.try_take(&light, 4, 8).expect("a light device is admitted");
-        assert!(slots.try_take(&flood, 5, 8).is_none(), "the flood holds its share of a half-full pool");
-        assert!(slots.try_take(&light, 5, 8).is_some(), "the light device is not over its share");
-        drop(l);
-        assert_eq!(slots.devices(), 1, "entries only while a device has a request in flight");
-        drop(held);
-        assert_eq!(slots.devices(), 0);
+    const MS: Duration = Duration::from_millis(1);
+
+    fn id(s: &str) -> Arc<str> {
+        Arc::from(s)
     }
 
     #[test]
-    fn the_map_holds_only_devices_with_requests_in_flight() {
-        let slots = Arc::new(DeviceSlots::default());
-        for i in 0..10_000 {
-            let d: Arc<str> = Arc::from(format!("device-{i}"));
-            let s = slots.try_take(&d, 0, 64);
-            assert!(s.is_some());
+    fn max_min_shares_give_small_demands_all_they_ask_and_split_the_rest() {
+        assert_eq!(water_fill(&[10, 10, 1_000], 120), vec![10, 10, 100]);
+        assert_eq!(water_fill(&[100, 100], 100), vec![50, 50]);
+        assert_eq!(water_fill(&[], 100), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn a_flood_is_refused_for_its_share_while_light_devices_between_escalations_keep_theirs() {
+        let t0 = Instant::now();
+        let mut share = WorkShare::new(64, DEFAULT_WINDOW);
+        let flood = id("flood");
+        // Twenty light devices asked for 6 tokens each and were answered: none in flight now.
+        for i in 0..20 {
+            let d = id(&format!("light-{i}"));
+            assert_eq!(share.admit(&d, 6, 400, t0), Ok(()));
+            share.start(&d, 6, t0);
+            share.end(&d, 6, t0 + 100 * MS);
         }
-        assert_eq!(slots.devices(), 0, "every place came back");
+        // The flood fills the budget of 400 tokens, less what the light devices ask (120).
+        let mut held = 0;
+        while share.admit(&flood, 20, 400, t0 + 200 * MS).is_ok() {
+            share.start(&flood, 20, t0 + 200 * MS);
+            held += 20;
+        }
+        assert_eq!(held, 280, "400 less twenty asks of 6");
+        assert_eq!(share.admit(&flood, 20, 400, t0 + 200 * MS), Err(OverShare { held: 280, share: 280 }));
+        // A light device coming back is never refused for its share.
+        assert_eq!(share.admit(&id("light-3"), 6, 400, t0 + 300 * MS), Ok(()));
+    }
+
+    #[test]
+    fn alone_or_below_half_the_budget_a_device_takes_what_it_wants() {
+        let t0 = Instant::now();
+        let mut share = WorkShare::new(64, DEFAULT_WINDOW);
+        let flood = id("flood");
+        for _ in 0..5 {
+            assert_eq!(share.admit(&flood, 20, 1_000, t0), Ok(()), "below half the budget: work-conserving");
+            share.start(&flood, 20, t0);
+        }
+        // Alone, its share is the whole budget.
+        for _ in 0..45 {
+            assert_eq!(share.admit(&flood, 20, 1_000, t0), Ok(()));
+            share.start(&flood, 20, t0);
+        }
+        assert!(share.admit(&flood, 20, 1_000, t0).is_err(), "not past the budget");
+        // Once the light devices' window has passed, what they asked counts no longer.
+        let mut share = WorkShare::new(64, DEFAULT_WINDOW);
+        share.admit(&id("light"), 500, 1_000, t0).unwrap();
+        share.start(&flood, 500, t0);
+        assert!(share.admit(&flood, 20, 1_000, t0 + 1_000 * MS).is_err(), "the light device's 500 are reserved");
+        assert_eq!(share.admit(&flood, 20, 1_000, t0 + DEFAULT_WINDOW + 1_000 * MS), Ok(()), "idle past its window: forgotten");
+        assert_eq!(share.len(), 1);
+    }
+
+    #[test]
+    fn a_device_with_nothing_in_flight_may_always_send_one() {
+        let t0 = Instant::now();
+        let mut share = WorkShare::new(64, DEFAULT_WINDOW);
+        share.start(&id("other"), 900, t0);
+        assert_eq!(share.admit(&id("big"), 4_000, 1_000, t0), Ok(()), "its cost is for the cost rule to judge");
+        share.start(&id("big"), 4_000, t0);
+        assert!(share.admit(&id("big"), 1, 1_000, t0).is_err());
+        share.end("big", 4_000, t0);
+        assert_eq!(share.in_flight_devices(), 1);
+    }
+
+    #[test]
+    fn sessions_of_one_device_share_one_share() {
+        let t0 = Instant::now();
+        let mut share = WorkShare::new(64, DEFAULT_WINDOW);
+        let (many, one) = (id("many-sessions"), id("one-session"));
+        share.admit(&one, 10, 100, t0).unwrap();
+        share.start(&one, 10, t0);
+        let mut admitted = 0;
+        for _ in 0..50 {
+            if share.admit(&many, 10, 100, t0).is_ok() {
+                share.start(&many, 10, t0);
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 9, "100 tokens less the other device's 10: nine of its fifty sessions' escalations");
+    }
+
+    #[test]
+    fn the_devices_remembered_are_bounded_and_those_in_flight_are_kept() {
+        let t0 = Instant::now();
+        let mut share = WorkShare::new(8, DEFAULT_WINDOW);
+        let busy = id("busy");
+        share.start(&busy, 5, t0);
+        for i in 0..10_000u64 {
+            let d = id(&format!("device-{i}"));
+            let t = t0 + Duration::from_micros(i);
+            share.admit(&d, 3, 100, t).unwrap();
+            assert!(share.len() <= 9, "{} devices after {i}", share.len());
+        }
+        assert_eq!(share.in_flight_devices(), 1, "a device in flight is never forgotten");
+        share.end("busy", 5, t0);
+        share.admit(&id("late"), 1, 100, t0 + DEFAULT_WINDOW * 2).unwrap();
+        assert_eq!(share.len(), 1, "past the window, every idle device is forgotten");
     }
 }
