@@ -55,7 +55,13 @@ fn answers_recorded_from_the_embedded_llm_replay_identically_without_the_model()
     let mut replay = ReplayBackend::open(&file).unwrap();
     assert_eq!(replay.facts(), facts, "the devices are checked against the recorded model's facts");
     let again: Vec<LlmToken> = asked.chunks(2).flat_map(|batch| replay.next_tokens(batch)).map(|t| t.expect("recorded")).collect();
-    assert_eq!(again, answered, "every answer, token, log-probability and verdict, as the LLM gave it");
+    let verdicts = |ts: &[LlmToken]| ts.iter().map(|t| (t.token_id, t.accepted)).collect::<Vec<_>>();
+    assert_eq!(verdicts(&again), verdicts(&answered), "every token and draft verdict as the LLM gave it");
+    // A context answered twice (batched, then inside a draft pass) is recorded once: its
+    // log-probability is the first pass's, equal to float noise.
+    for (r, l) in again.iter().zip(&answered) {
+        assert!((r.logprob - l.logprob).abs() < 1e-3, "log-probability {} vs {}", r.logprob, l.logprob);
+    }
     assert_eq!(replay.counts().misses, 0);
     let unknown = replay.next_tokens(&[request(1, &[5, 5, 5, 5, 5], &[])]);
     assert!(unknown[0].is_err(), "a context never recorded is not invented");
