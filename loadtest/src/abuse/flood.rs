@@ -16,8 +16,9 @@
 //! well-behaved shape (a warm `Full`, then 5-token deltas in closed loop for 5 s, 30 s
 //! deadlines: escalations answered per second), and the well-behaved devices pause so that
 //! together they offer `--fair-behaved-load` of it (half by default: their max-min fair share is
-//! then all they ask, and the flood's is the other half). The flood is unchanged: it asks as
-//! fast as it is answered, many times the capacity.
+//! then all they ask, and the flood's is the other half), pausing at most so long that the
+//! pause and a deadline stay a second within the gateway's session idle time. The flood is
+//! unchanged: it asks as fast as it is answered, many times the capacity.
 //!
 //! While both run, each device's LLM tokens are counted from what it sees: an answered
 //! escalation is served the tokens its context grew by since the device's previous escalation
@@ -194,13 +195,15 @@ async fn calibrate(run: &Run) -> anyhow::Result<Capacity> {
 }
 
 /// The well-behaved devices' pause for them to offer `load` of `capacity` escalations per
-/// second together: at least [`THINK`], at most a minute.
-fn behaved_think(capacity: f64, load: f64) -> Duration {
+/// second together: at least [`THINK`], at most `longest` (a session idle longer than the
+/// gateway's idle time is dropped, and its next delta finds nothing).
+fn behaved_think(capacity: f64, load: f64, longest: Duration) -> Duration {
+    let longest = longest.max(THINK).as_secs_f64();
     let rate = capacity * load / BEHAVED as f64;
     if !(rate.is_finite() && rate > 0.0) {
-        return Duration::from_secs(60);
+        return Duration::from_secs_f64(longest);
     }
-    Duration::from_secs_f64((1.0 / rate).clamp(THINK.as_secs_f64(), 60.0))
+    Duration::from_secs_f64((1.0 / rate).clamp(THINK.as_secs_f64(), longest))
 }
 
 /// Run the scenario.
@@ -211,7 +214,9 @@ pub(super) async fn fair_flood(run: &Run) -> anyhow::Result<serde_json::Value> {
         true => None,
         false => Some(calibrate(run).await?),
     };
-    let think = capacity.as_ref().map_or(THINK, |c| behaved_think(c.escalations_per_s, run.args.fair_behaved_load));
+    // A pause and a deadline within the gateway's session idle time, with a second to spare.
+    let longest = Duration::from_secs(super::SESSION_IDLE_SECS).saturating_sub(Duration::from_millis(u64::from(deadline_ms) + 1000));
+    let think = capacity.as_ref().map_or(THINK, |c| behaved_think(c.escalations_per_s, run.args.fair_behaved_load, longest));
     let refused = |reason: &'static str| async move { labelled(run.gw.http, "duet_gateway_admission_refused_total", reason).await };
     let (share_before, cost_before, capacity_before) = (refused("share").await, refused("cost").await, refused("capacity").await);
     let opened_before = super::engine_overload::breaker_opened(run.gw.http).await;
@@ -339,10 +344,12 @@ mod tests {
 
     #[test]
     fn the_behaved_devices_pause_so_that_together_they_offer_the_asked_share_of_the_capacity() {
+        let idle = Duration::from_secs(8);
         // 8 escalations a second, half of it for 20 devices: one each every 5 s.
-        assert_eq!(behaved_think(8.0, 0.5), Duration::from_secs(5));
-        assert_eq!(behaved_think(1_000.0, 0.5), THINK, "never faster than on the embedded path");
-        assert_eq!(behaved_think(0.0, 0.5), Duration::from_secs(60), "an engine that answered nothing");
+        assert_eq!(behaved_think(8.0, 0.5, idle), Duration::from_secs(5));
+        assert_eq!(behaved_think(1_000.0, 0.5, idle), THINK, "never faster than on the embedded path");
+        assert_eq!(behaved_think(4.0, 0.5, idle), idle, "never so slow that the gateway drops the session between escalations");
+        assert_eq!(behaved_think(0.0, 0.5, idle), idle, "an engine that answered nothing");
     }
 
     #[test]
