@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use cloud_gateway::config::{BatcherConfig, GatewayConfig};
+use cloud_gateway::config::{BatcherConfig, GatewayConfig, OverloadConfig};
 use cloud_gateway::Gateway;
 use common::protocol::{encode_frame, ContextTracker, Frame, TraceContext, WireSampling};
 use edge_node::link::{Link, LinkConfig};
@@ -43,6 +43,12 @@ pub struct LatencyArgs {
     /// Gateway batch cut: longest wait, ms.
     #[arg(long, default_value_t = 1)]
     pub max_wait_ms: u64,
+    /// Gateway cost cap: most tokens of prefill one backend call may carry. The fixed-cost
+    /// backend costs the same per call whatever it carries, so the gateway's default cap (which
+    /// bounds a real model's call time) would only split each batch into more calls of the same
+    /// fixed cost and measure that; by default the cap is off here, as before it existed.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_batch_tokens: usize,
     /// Tokens appended between escalations.
     #[arg(long, default_value_t = 12)]
     pub delta: usize,
@@ -169,6 +175,7 @@ async fn measure(args: LatencyArgs) -> anyhow::Result<(Report, f64)> {
             max_wait: Duration::from_millis(args.max_wait_ms),
             queue_capacity: 100_000,
         },
+        overload: OverloadConfig { max_batch_tokens: args.max_batch_tokens, ..base.overload },
         ..base
     };
     // Devices run the default SLM; the stand-in LLM shares its tokenizer and vocabulary.
