@@ -36,10 +36,15 @@
 //! flood). So a session's earlier context is counted as held only when the engine said so:
 //! each answer reports the prompt tokens it found cached (llama-server's `timings.cache_n`,
 //! SGLang's `cached_tokens`, vLLM's `prompt_tokens_details.cached_tokens` where enabled), and
-//! [`learn`] keeps, per session and worker, whether the last answer showed the session's
-//! earlier context cached ([`CacheSeen`]). Only then is the next escalation charged its delta;
-//! an engine that reports nothing, a first request, a miss, or a request not answered (its
-//! slot may hold anything) charges the whole context.
+//! [`learn`] keeps, per session and worker, whether the answers show the session's context
+//! kept ([`CacheSeen`]). The session's first answer there counts as kept when the engine
+//! reports cache figures at all (it has just run that context; charging the whole context
+//! again until a second answer proved it refused two thirds of a closed loop that one
+//! llama-server with 8 slots served in time: BENCHMARKS.md, "Gateway in front of external
+//! engines"); after that, an answer keeps it only when it found the session's earlier context
+//! cached. While kept, the next escalation is charged its delta; an engine that reports
+//! nothing, a miss, or a request not answered (its slot may hold anything) charges the whole
+//! context.
 //!
 //! A worker with nothing in flight admits what its model says takes up to twice the time left:
 //! a cost model learned under load (queueing included) may overestimate an idle worker, and a
@@ -219,14 +224,16 @@ impl CacheSeen {
 }
 
 /// What the worker's answer to a request of `sent` context tokens teaches, after `before` (what
-/// its answers showed so far; `None`, or nothing `sent`, for the session's first answer there): the context was
-/// kept when the engine reported `cached` prompt tokens, at least one, covering the context it
-/// answered before (short of it by less than [`CACHE_GRAIN`]). An engine that reports nothing
-/// shows nothing.
+/// its answers showed so far; `None`, or nothing `sent`, for the session's first answer there).
+/// The first answer shows the context kept whenever the engine reports cache figures (it has
+/// just computed it); a later one when the engine reported `cached` prompt tokens, at least
+/// one, covering the context it answered before (short of it by less than [`CACHE_GRAIN`]). An
+/// engine that reports nothing shows nothing.
 pub fn learn(before: Option<CacheSeen>, sent: usize, cached: Option<u32>) -> CacheSeen {
     let kept = match (before, cached) {
+        (_, None) => false,
         (Some(b), Some(c)) if b.sent > 0 => c > 0 && c as usize + CACHE_GRAIN > b.sent,
-        _ => false,
+        (_, Some(_)) => true,
     };
     CacheSeen { sent, kept }
 }
@@ -363,11 +370,13 @@ mod tests {
     }
 
     #[test]
-    fn an_escalation_is_charged_its_whole_context_until_the_engine_shows_it_kept_the_prefix() {
-        // The first answer: nothing before it to have kept, whatever the engine reports.
+    fn an_escalation_is_charged_its_delta_while_the_engine_shows_it_keeps_the_prefix() {
+        // The first answer: the engine has just computed the context it answered.
         let first = learn(None, 32, Some(0));
-        assert_eq!(learn(Some(CacheSeen::default()), 32, Some(30)).held(), None, "another session's prefix is no sign of this one's");
-        assert_eq!((first.held(), cost(37, 0, first.held())), (None, 37));
+        assert_eq!(learn(Some(CacheSeen::default()), 32, Some(30)).held(), Some(32));
+        assert_eq!((first.held(), cost(37, 0, first.held())), (Some(32), 5));
+        // Not from an engine that reports no cache figures.
+        assert_eq!(learn(None, 32, None).held(), None);
         // The next answer found the 32 tokens cached: the one after is charged its delta.
         let second = learn(Some(first.in_flight()), 37, Some(32));
         assert_eq!((second.held(), cost(42, 0, second.held())), (Some(37), 5));
