@@ -60,16 +60,11 @@ load() { uptime | sed 's/.*load/load/'; }
 say "on $(nproc) cores, $(load), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); model A=${A_MS} ms B=${B_US} µs C=${C_US} µs"
 
 # The prompts: CommonsenseQA questions in the seed's format, and coding requests.
-python3 - "$CQA_ITEMS" "$CODE_ITEMS" >"$out/prompts.jsonl" <<'EOF'
+{
+  deploy/data/commonsense_qa/seed_prompts.py "$CQA_ITEMS"
+  python3 - "$CODE_ITEMS" <<'EOF'
 import json, sys
-n, m = int(sys.argv[1]), int(sys.argv[2])
-with open("deploy/data/commonsense_qa/validation.jsonl") as f:
-    for line in list(f)[:n]:
-        d = json.loads(line)
-        s = "Question: " + d["question"] + "\nChoices:\n" + "".join(f"{l}. {t}\n" for l, t in zip(d["choices"]["label"], d["choices"]["text"]))
-        s += "\nPlease format your response in the following way:\n[Explanation]. Therefore, the answer is answer (label).\n"
-        s += "Ensure the final sentence includes the answer followed by the label in parentheses.\n\nAnswer and Reasoning:"
-        print(json.dumps({"kind": "cqa", "prompt": s, "router": []}))
+m = int(sys.argv[1])
 CODE = [
     "Write a Python function that checks whether a number is prime, with a docstring.",
     "Write a Python function that returns the words of a sentence in reverse order.",
@@ -79,6 +74,7 @@ CODE = [
 for p in CODE[:m]:
     print(json.dumps({"kind": "code", "prompt": p, "router": ["--router", "confidence", "--tau", "0.7"]}))
 EOF
+} >"$out/prompts.jsonl"
 
 # One relay profile per round-trip time: half of it each way, +-10 % jitter without reordering.
 {

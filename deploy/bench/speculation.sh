@@ -122,19 +122,14 @@ EOF
 fi
 
 # The prompts: CommonsenseQA questions in the seed's format, and one coding request.
-python3 - "$ITEMS" >"$out/prompts.jsonl" <<'EOF'
-import json, sys
-n = int(sys.argv[1])
-with open("deploy/data/commonsense_qa/validation.jsonl") as f:
-    for line in list(f)[:n]:
-        d = json.loads(line)
-        s = "Question: " + d["question"] + "\nChoices:\n" + "".join(f"{l}. {t}\n" for l, t in zip(d["choices"]["label"], d["choices"]["text"]))
-        s += "\nPlease format your response in the following way:\n[Explanation]. Therefore, the answer is answer (label).\n"
-        s += "Ensure the final sentence includes the answer followed by the label in parentheses.\n\nAnswer and Reasoning:"
-        print(json.dumps({"kind": "cqa", "prompt": s, "router": []}))
+{
+  deploy/data/commonsense_qa/seed_prompts.py "$ITEMS"
+  python3 - <<'EOF'
+import json
 print(json.dumps({"kind": "code", "prompt": "Write a Python function that checks whether a number is prime, with a docstring.",
                   "router": ["--router", "confidence", "--tau", "0.7"]}))
 EOF
+} >"$out/prompts.jsonl"
 
 # run NAME ARGS...: every prompt once, each run's --json in $out/NAME.<kind>.<i>.json.
 run() {
