@@ -164,7 +164,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_session_is_charged_its_delta_only_after_the_engine_reported_its_context_cached() {
+    async fn a_session_is_charged_its_delta_while_the_engine_reports_caches_and_its_whole_context_after_a_request_not_answered() {
         let spec = caching_engine().await;
         let client = EngineClient::new(&spec, Arc::new(LlamaCppDialect)).unwrap();
         let pool = EnginePool::new(PoolConfig { engines: vec![spec], ..PoolConfig::default() }, vec![client], 1000);
@@ -180,7 +180,7 @@ mod tests {
             costs.push(charged(&admitted));
             pool.answer(&r, deadline(), &admitted).await.unwrap();
         }
-        assert_eq!(costs, vec![10, 15, 5], "the first answer shows nothing kept; the second shows the 10 tokens before it cached");
+        assert_eq!(costs, vec![10, 5, 5], "the first answer's context counts as kept (the engine just ran it); the second showed it cached");
         // Sent and not answered (the device left): its slot may hold anything.
         let dropped = pool.admit(&request(25), deadline(), Instant::now()).unwrap();
         assert_eq!(charged(&dropped), 5);
