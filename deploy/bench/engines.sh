@@ -20,13 +20,21 @@
 #   default "16:32:6 64:16:3": on 2 cores one llama-server prefills ~55 tokens/s, so 64
 #   sessions' first escalations (64 x PROMPT tokens, all at once) must stay well inside the
 #   30 s deadline, and the whole script inside ~20 minutes. DELTA (default 14) is the number
-#   of text tokens between escalations; OUT the report directory.
+#   of text tokens between escalations; OUT the report directory. ROWS (default
+#   "embedded np1 np8 2w default-http") picks the configurations; np8 is the gateway/direct
+#   pairs. LOADTEST runs another build's loadtest binary (a same-run baseline of an older
+#   commit, deploy/bench/gateway.sh BASELINE=...); GATEWAY_ARGS are added to every run through
+#   the gateway (e.g. "--engine-admission off").
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 export DUET_HOME="${DUET_HOME:-$HOME/.cache/duet}"
 configs="${1:-16:32:6 64:16:3}"
 delta="${DELTA:-14}"
+rows=" ${ROWS:-embedded np1 np8 2w default-http} "
+loadtest="${LOADTEST:-./target/release/loadtest}"
+read -r -a gateway_args <<<"${GATEWAY_ARGS:-}"
+row() { [[ "$rows" == *" $1 "* ]]; }
 out="${OUT:-$(mktemp -d -t duet-engines-XXXXXX)}"
 mkdir -p "$out"
 model="qwen2.5-coder-1.5b-instruct"
@@ -34,7 +42,7 @@ gguf="$DUET_HOME/gguf/$model.gguf"
 
 say() { echo "[engines $(date +%H:%M:%S)] $*" >&2; }
 
-cargo build --release -q -p loadtest
+[ -n "${LOADTEST:-}" ] || cargo build --release -q -p loadtest
 llama="$(deploy/engines/llamacpp/build)"
 say "llama-server: $llama"
 [ -f "$gguf" ] || { say "no $gguf: run deploy/models/prepare first"; exit 1; }
@@ -82,7 +90,7 @@ bench() {
   local name=$1
   shift
   say "$name"
-  if ./target/release/loadtest engines --label "$name" --seed 1 "$@" --json "$out/$name.json" 2>>"$out/loadtest.log"; then
+  if "$loadtest" engines --label "$name" --seed 1 "$@" --json "$out/$name.json" 2>>"$out/loadtest.log"; then
     tail -n 1 "$out/loadtest.log" >&2
   else
     say "$name failed (see $out/loadtest.log)"
@@ -94,37 +102,42 @@ first=1
 for c in $configs; do
   IFS=: read -r s p e <<<"$c"
   common=(--sessions "$s" --prompt-tokens "$p" --escalations "$e" --delta "$delta")
-  bench "s$s-embedded" "${common[@]}" --threads 2
-  start_servers 1 1 2
-  bench "s$s-np1" "${common[@]}" "${engines[@]}"
-  stop_servers
+  row embedded && bench "s$s-embedded" "${common[@]}" --threads 2
+  if row np1; then
+    start_servers 1 1 2
+    bench "s$s-np1" "${common[@]}" "${engines[@]}" "${gateway_args[@]}"
+    stop_servers
+  fi
   # Through the gateway and direct; at the first session count twice, in ABBA order, because
   # the engine's speed on a shared 2-core box drifts between runs by more than the gateway adds.
   pairs=(np8 np8-direct)
   [ -n "$first" ] && pairs=(np8 np8-direct np8-direct-2 np8-2)
+  row np8 || pairs=()
   for run in "${pairs[@]}"; do
     start_servers 1 8 2
     case "$run" in
       *direct*) bench "s$s-$run" "${common[@]}" "${engines[@]}" --direct ;;
-      *) bench "s$s-$run" "${common[@]}" "${engines[@]}" ;;
+      *) bench "s$s-$run" "${common[@]}" "${engines[@]}" "${gateway_args[@]}" ;;
     esac
     stop_servers
   done
-  for attempts in 3 1; do
+  attempt_counts=(3 1)
+  row 2w || attempt_counts=()
+  for attempts in "${attempt_counts[@]}"; do
     suffix=""
     [ "$attempts" = 1 ] && suffix="-1attempt"
     for routing in sticky round-robin; do
       start_servers 2 8 1
-      bench "s$s-2w-$routing$suffix" "${common[@]}" "${engines[@]}" --routing "$routing" --max-attempts "$attempts"
+      bench "s$s-2w-$routing$suffix" "${common[@]}" "${engines[@]}" --routing "$routing" --max-attempts "$attempts" "${gateway_args[@]}"
       stop_servers
     done
   done
-  if [ -n "$first" ]; then
+  if [ -n "$first" ] && row default-http; then
     start_servers 1 8 2 0
-    bench "s$s-np8-default-http" "${common[@]}" "${engines[@]}"
+    bench "s$s-np8-default-http" "${common[@]}" "${engines[@]}" "${gateway_args[@]}"
     stop_servers
-    first=""
   fi
+  first=""
 done
 say "done in $(($(date +%s) - started)) s"
 

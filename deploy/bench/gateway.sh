@@ -12,7 +12,16 @@
 # Prints the commit, the machine's load before each part, and both Markdown tables; JSON
 # reports stay in $OUT.
 #
-# Usage: deploy/bench/gateway.sh    (ROUNDS=3 ENGINE_CONFIGS="16:32:6" OUT=dir)
+# BASELINE=COMMIT adds a same-run baseline of an older build, so that the host's speed (which
+# moves more between machines than the gateway's own cost does) drops out of the comparison:
+# that commit's loadtest is built once in a worktree under $DUET_HOME/bench/baseline-COMMIT
+# (its target seeded from this one's, so only the workspace's crates compile), each
+# gateway-latency round at 0 ms runs this build and then that one with the same cost cap (32
+# tokens, the gateway's default, which the older loadtest always used), and the engine rows
+# (embedded; llama-server -np 8 through the gateway and --direct, twice each) run three times:
+# this build, this build with `--engine-admission off`, that build.
+#
+# Usage: deploy/bench/gateway.sh    (ROUNDS=3 ENGINE_CONFIGS="16:32:6" OUT=dir BASELINE=commit)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -24,6 +33,19 @@ mkdir -p "$out"
 say() { echo "[gateway $(date +%H:%M:%S)] $*" >&2; }
 
 cargo build --release -q --locked -p loadtest
+base_bin=""
+if [ -n "${BASELINE:-}" ]; then
+  commit="$(git rev-parse --short "$BASELINE")"
+  base="$DUET_HOME/bench/baseline-$commit"
+  if [ ! -d "$base/src" ]; then
+    mkdir -p "$base"
+    git worktree add --detach "$base/src" "$commit" >&2
+  fi
+  [ -d "$base/target" ] || { say "seeding $base/target from target/"; cp -a target "$base/target"; }
+  say "building $commit's loadtest in $base"
+  (cd "$base/src" && CARGO_TARGET_DIR="$base/target" cargo build --release -q --locked -p loadtest)
+  base_bin="$base/target/release/loadtest"
+fi
 echo "commit $(git rev-parse --short HEAD), $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores"
 echo
 echo "gateway-latency: load before: $(uptime | sed 's/.*load average: //')"
@@ -32,9 +54,16 @@ for r in $(seq 1 "$rounds"); do
     say "gateway-latency round $r, backend $cost ms"
     target/release/loadtest --log error gateway-latency --devices 50 --sessions 2 --escalations 40 --cost-ms "$cost" \
       >"$out/latency-$cost-$r.json"
+    if [ -n "$base_bin" ] && [ "$cost" = 0 ]; then
+      say "gateway-latency round $r, backend 0 ms: this build with the 32-token cap, then $commit"
+      target/release/loadtest --log error gateway-latency --devices 50 --sessions 2 --escalations 40 --cost-ms 0 \
+        --max-batch-tokens 32 >"$out/capped-latency-0-$r.json"
+      "$base_bin" --log error gateway-latency --devices 50 --sessions 2 --escalations 40 --cost-ms 0 \
+        >"$out/baseline-latency-0-$r.json"
+    fi
   done
 done
-python3 - "$out" "$rounds" <<'PY'
+python3 - "$out" "$rounds" "${commit:-}" <<'PY'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 print()
@@ -48,7 +77,31 @@ for cost in (0, 5):
           f"{med('ping_p50_ms'):.2f} / {med('ping_p99_ms'):.2f} | {med('added_over_backend_p50_ms'):.2f} / {med('added_over_backend_p99_ms'):.2f} | "
           f"{med('escalations_per_s'):,.0f} | {med('avg_escalation_frame_bytes_after_first'):.1f} |")
     print(f"| {cost} ms, each run: p99 | {each('escalation_p99_ms')} | | | | |")
+if len(sys.argv) > 3 and sys.argv[3]:
+    base = sys.argv[3]
+    print()
+    print("Same-run baseline, backend 0 ms, 32-token cost cap in both (rounds interleaved):")
+    print()
+    print("| build | escalation p50 / p99 ms | ping p50 / p99 ms | escalation minus ping p50 ms | escalations/s |")
+    print("|---|---|---|---|---|")
+    for name, prefix in (("this build", "capped-latency"), (base, "baseline-latency")):
+        runs = [json.load(open(f"{out}/{prefix}-0-{r}.json")) for r in range(1, rounds + 1)]
+        med = lambda k: statistics.median(x[k] for x in runs)
+        gap = statistics.median(x["escalation_p50_ms"] - x["ping_p50_ms"] for x in runs)
+        p99s = ", ".join(f"{x['escalation_p99_ms']:.2f}" for x in runs)
+        print(f"| {name} (median of {rounds}; p99 of each: {p99s}) | "
+              f"{med('escalation_p50_ms'):.2f} / {med('escalation_p99_ms'):.2f} | {med('ping_p50_ms'):.2f} / {med('ping_p99_ms'):.2f} | "
+              f"{gap:.2f} | {med('escalations_per_s'):,.0f} |")
 PY
 echo
 echo "engines: load before: $(uptime | sed 's/.*load average: //')"
-OUT="$out/engines" deploy/bench/engines.sh "$engine_configs"
+if [ -z "$base_bin" ]; then
+  OUT="$out/engines" deploy/bench/engines.sh "$engine_configs"
+else
+  echo "### this build"
+  OUT="$out/engines" ROWS="embedded np8" deploy/bench/engines.sh "$engine_configs"
+  echo "### this build, --engine-admission off"
+  OUT="$out/engines-admission-off" ROWS="np8" GATEWAY_ARGS="--engine-admission off" deploy/bench/engines.sh "$engine_configs"
+  echo "### $commit"
+  OUT="$out/engines-$commit" ROWS="embedded np8" LOADTEST="$base_bin" deploy/bench/engines.sh "$engine_configs"
+fi

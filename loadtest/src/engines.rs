@@ -107,6 +107,11 @@ pub struct EnginesArgs {
     /// Free-form name copied into the report (e.g. "2 workers, -np 8").
     #[arg(long, default_value = "")]
     pub label: String,
+    /// Admission to engine workers, as the gateway's `--engine-admission`: `cost` refuses `Busy`
+    /// when no worker's queue lets an escalation be answered in time; `off` sends it while a
+    /// worker has room (the behaviour before admission by cost, for same-run comparisons).
+    #[arg(long, default_value = "cost", value_parser = ["cost", "off"])]
+    pub engine_admission: String,
 }
 
 /// A fixed English text the sessions read their tokens from (public-domain style prose written
@@ -231,6 +236,8 @@ struct Report {
     label: String,
     engines: Vec<String>,
     routing: String,
+    /// `cost` or `off` (the gateway's `--engine-admission`).
+    engine_admission: String,
     sessions: usize,
     devices: usize,
     escalations_per_session: usize,
@@ -379,6 +386,7 @@ async fn measure(args: &EnginesArgs, windows: &[Vec<u32>], tokenizer_file: &std:
         label: args.label.clone(),
         engines: args.engines.iter().map(ToString::to_string).collect(),
         routing: args.routing.to_string(),
+        engine_admission: args.engine_admission.clone(),
         sessions: args.sessions,
         devices: if args.direct { 0 } else { setup.devices },
         escalations_per_session: args.escalations,
@@ -439,6 +447,7 @@ fn pool_config(args: &EnginesArgs) -> PoolConfig {
         max_attempts: args.max_attempts.max(1),
         pick: PickPolicy { routing: args.routing, ..PickPolicy::default() },
         health: HealthConfig { timeout: Duration::from_millis(args.health_timeout_ms.max(1)), ..HealthConfig::default() },
+        admit_by_cost: args.engine_admission != "off",
         ..PoolConfig::default()
     }
 }

@@ -49,6 +49,11 @@ pub struct LatencyArgs {
     /// fixed cost and measure that; by default the cap is off here, as before it existed.
     #[arg(long, default_value_t = 1 << 20)]
     pub max_batch_tokens: usize,
+    /// Share the batcher's queue between devices by the tokens each was served (the gateway's
+    /// `--fair-share device`, its default), or `off`: oldest first, as before fair sharing
+    /// existed (for same-run comparisons with older builds).
+    #[arg(long, default_value = "device", value_parser = ["device", "off"])]
+    pub fair_share: String,
     /// Tokens appended between escalations.
     #[arg(long, default_value_t = 12)]
     pub delta: usize,
@@ -175,7 +180,7 @@ async fn measure(args: LatencyArgs) -> anyhow::Result<(Report, f64)> {
             max_wait: Duration::from_millis(args.max_wait_ms),
             queue_capacity: 100_000,
         },
-        overload: OverloadConfig { max_batch_tokens: args.max_batch_tokens, ..base.overload },
+        overload: OverloadConfig { max_batch_tokens: args.max_batch_tokens, fair_share: args.fair_share != "off", ..base.overload },
         ..base
     };
     // Devices run the default SLM; the stand-in LLM shares its tokenizer and vocabulary.
