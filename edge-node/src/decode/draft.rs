@@ -7,9 +7,13 @@
 //! escalation is sent, so each costs one SLM step of latency, and tokens past the first
 //! rejection are wasted. So:
 //!
-//! - **acceptance**: the target length grows by one after a fully accepted draft and drops to
-//!   one past the accepted prefix after a rejection (at least 1: the SLM's own token, whose
-//!   check also brings the LLM's next token);
+//! - **acceptance**: a session starts at 1, the SLM's own token alone, which costs no SLM step
+//!   (its check also brings the LLM's next token); the target doubles after a fully accepted
+//!   draft and drops to one past the accepted prefix after a rejection (at least 1). Starting
+//!   long paid for drafts before anything was known: on CommonsenseQA, where the LLM accepted
+//!   1 of 35 draft tokens, the 3 extra SLM steps of each session's first draft made verifying
+//!   slower than waiting (BENCHMARKS.md, "Verify the draft"); doubling, as TCP's slow start
+//!   grows its window, still reaches 4 after two accepted drafts where the SLM agrees;
 //! - **time**: drafting the extra tokens may take at most half the time an answer takes
 //!   (`(len - 1) * step <= max(wait, 10 ms) / 2`, both smoothed), so a draft never costs much
 //!   more latency than it can save;
@@ -19,8 +23,8 @@
 
 /// The longest draft the device sends, however well the SLM does.
 pub const MAX_DRAFT: usize = 8;
-/// The length a session starts at, before it has measured anything.
-const START_LEN: usize = 4;
+/// The length a session starts at, before it has measured anything: the SLM's own token.
+const START_LEN: usize = 1;
 /// Answer time below which drafting is judged against this instead: drafting that takes a few
 /// ms is never worth skipping (and a loopback gateway's answer time says little).
 const MIN_BUDGET_MS: f64 = 10.0;
@@ -79,7 +83,7 @@ impl DraftControl {
         if sent == 0 {
             return;
         }
-        self.target = if accepted >= sent { (sent + 1).max(self.target).min(MAX_DRAFT) } else { (accepted + 1).min(self.target.saturating_sub(1)).max(1) };
+        self.target = if accepted >= sent { (2 * sent).max(self.target).min(MAX_DRAFT) } else { (accepted + 1).min(self.target.saturating_sub(1)).max(1) };
     }
 
     /// A plain escalation (no draft) was answered after `wait_ms`: the time rule learns it.
@@ -106,10 +110,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_session_starts_at_the_start_length_within_the_limit() {
-        let c = DraftControl::new();
-        assert_eq!(c.next_len(MAX_DRAFT, false), START_LEN);
+    fn a_session_starts_with_the_slms_own_token_alone_and_never_past_the_limit() {
+        let mut c = DraftControl::new();
+        assert_eq!(c.next_len(MAX_DRAFT, false), 1, "no SLM step is spent before anything is measured");
+        c.answered(1, 1, 100.0);
+        c.answered(2, 2, 100.0);
+        assert_eq!(c.next_len(MAX_DRAFT, false), 4);
         assert_eq!(c.next_len(2, false), 2, "never past what the cloud takes");
+    }
+
+    #[test]
+    fn a_task_whose_drafts_are_rejected_never_drafts_past_the_slms_own_token() {
+        let mut c = DraftControl::new();
+        for _ in 0..10 {
+            let n = c.next_len(MAX_DRAFT, false);
+            assert_eq!(n, 1);
+            c.answered(n, 0, 100.0);
+        }
     }
 
     #[test]
@@ -133,6 +150,8 @@ mod tests {
     #[test]
     fn a_rejection_shortens_the_draft_to_just_past_the_accepted_prefix() {
         let mut c = DraftControl::new();
+        c.answered(1, 1, 100.0);
+        c.answered(2, 2, 100.0);
         c.answered(4, 1, 100.0);
         assert_eq!(c.next_len(MAX_DRAFT, false), 2);
         c.answered(2, 0, 100.0);

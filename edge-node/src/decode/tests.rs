@@ -489,41 +489,52 @@ fn position_by_position(points: &[(u32, f32)], llm: impl Fn(&[u32]) -> u32, fall
 
 #[test]
 fn a_fully_accepted_draft_commits_every_draft_token_and_the_bonus_as_the_llms() {
-    let points = [(10, 0.9), (11, 0.2), (12, 0.9), (13, 0.9), (14, 0.9), (15, 0.9)];
+    let points = [(10, 0.2), (11, 0.9), (12, 0.2), (13, 0.9), (14, 0.9), (15, 0.9), (16, 0.9)];
     let mut cloud = DraftCloud::new(&points, 1, 0, 3);
-    let (out, stats, pushed) = run_draft(&points, &mut cloud, 6, 100);
-    assert_eq!(cloud.drafts, vec![(vec![1, 2, 3, 10], vec![11, 12, 13])], "one escalation carried the SLM's token and two more");
+    let (out, stats, pushed) = run_draft(&points, &mut cloud, 7, 100);
+    assert_eq!(
+        cloud.drafts,
+        vec![(vec![1, 2, 3], vec![10]), (vec![1, 2, 3, 10, 11], vec![12, 13])],
+        "the first draft is the SLM's token alone; accepted, the next one is twice as long"
+    );
     let c = TokenSource::Cloud;
-    assert_eq!(out, vec![(10, TokenSource::Slm), (11, c), (12, c), (13, c), (14, c), (15, TokenSource::Slm)]);
-    assert_eq!((stats.drafts.answered, stats.drafts.tokens_sent, stats.drafts.tokens_accepted), (1, 3, 3));
-    assert_eq!((stats.drafts.draft_acceptance_rate, stats.drafts.draft_mean_accepted), (1.0, 3.0));
-    assert_eq!((stats.routing.escalated, stats.routing.cloud_tokens), (1, 1));
-    assert_eq!(pushed, vec![10, 11, 12, 13, 14], "no roll-back; the last token is not pushed");
+    assert_eq!(out, vec![(10, c), (11, c), (12, c), (13, c), (14, c), (15, TokenSource::Slm), (16, TokenSource::Slm)]);
+    assert_eq!((stats.drafts.answered, stats.drafts.tokens_sent, stats.drafts.tokens_accepted), (2, 3, 3));
+    assert_eq!((stats.drafts.draft_acceptance_rate, stats.drafts.draft_mean_accepted), (1.0, 1.5));
+    assert_eq!((stats.routing.escalated, stats.routing.cloud_tokens), (2, 2));
+    assert_eq!(pushed, vec![10, 11, 12, 13, 14, 15], "no roll-back; the last token is not pushed");
 }
+
+/// Two hard positions whose one- and two-token drafts the LLM accepts (the draft grows to 4),
+/// then a third at position 5: the points for the rejection tests.
+const GROWN: [(u32, f32); 5] = [(5, 0.2), (6, 0.9), (7, 0.2), (8, 0.9), (9, 0.9)];
 
 #[test]
 fn a_draft_rejected_at_its_first_token_commits_the_llms_token_and_rolls_the_slm_back_once() {
-    let points = [(10, 0.2), (11, 0.9), (12, 0.9), (13, 0.9)];
+    let points: Vec<(u32, f32)> = GROWN.iter().copied().chain([(10, 0.2), (11, 0.9), (12, 0.9), (13, 0.9)]).collect();
     let mut cloud = DraftCloud::new(&points, 1, 0, 3);
-    cloud.points[0].0 = 77; // the LLM's token at position 0
-    let (out, stats, pushed) = run_draft(&points, &mut cloud, 4, 100);
-    assert_eq!(cloud.drafts[0].1, vec![10, 11, 12]);
-    assert_eq!(out, vec![(77, TokenSource::Cloud), (11, TokenSource::Slm), (12, TokenSource::Slm), (13, TokenSource::Slm)]);
-    assert_eq!((stats.drafts.tokens_sent, stats.drafts.tokens_accepted), (3, 0));
-    assert_eq!(pushed, vec![77, 11, 12], "the SLM holds exactly the committed tokens");
+    cloud.points[5].0 = 77; // the LLM's token at position 5
+    let (out, stats, pushed) = run_draft(&points, &mut cloud, 9, 100);
+    assert_eq!(cloud.drafts[2].1, vec![10, 11, 12], "grown to the cloud's limit");
+    let c = TokenSource::Cloud;
+    let s = TokenSource::Slm;
+    assert_eq!(out, vec![(5, c), (6, c), (7, c), (8, c), (9, c), (77, c), (11, s), (12, s), (13, s)]);
+    assert_eq!((stats.drafts.tokens_sent, stats.drafts.tokens_accepted), (6, 3));
+    assert_eq!(pushed, vec![5, 6, 7, 8, 9, 77, 11, 12], "the SLM holds exactly the committed tokens");
 }
 
 #[test]
 fn a_draft_rejected_in_the_middle_keeps_the_accepted_prefix_and_the_correction() {
-    let points = [(10, 0.2), (11, 0.9), (12, 0.9), (13, 0.9), (14, 0.9)];
+    let points: Vec<(u32, f32)> = GROWN.iter().copied().chain([(10, 0.2), (11, 0.9), (12, 0.9), (13, 0.9), (14, 0.9)]).collect();
     let mut cloud = DraftCloud::new(&points, 1, 0, 4);
-    cloud.points[2].0 = 88; // the LLM disagrees at position 2
-    let (out, stats, pushed) = run_draft(&points, &mut cloud, 5, 100);
-    assert_eq!(cloud.drafts[0].1, vec![10, 11, 12, 13]);
+    cloud.points[7].0 = 88; // the LLM disagrees at position 7, the draft's third token
+    let (out, stats, pushed) = run_draft(&points, &mut cloud, 10, 100);
+    assert_eq!(cloud.drafts[2].1, vec![10, 11, 12, 13]);
     let c = TokenSource::Cloud;
-    assert_eq!(out, vec![(10, c), (11, c), (88, c), (13, TokenSource::Slm), (14, TokenSource::Slm)]);
-    assert_eq!((stats.drafts.tokens_accepted, stats.drafts.draft_mean_accepted), (2, 2.0));
-    assert_eq!(pushed, vec![10, 11, 88, 13]);
+    let s = TokenSource::Slm;
+    assert_eq!(out, vec![(5, c), (6, c), (7, c), (8, c), (9, c), (10, c), (11, c), (88, c), (13, s), (14, s)]);
+    assert_eq!((stats.drafts.tokens_sent, stats.drafts.tokens_accepted), (7, 5));
+    assert_eq!(pushed, vec![5, 6, 7, 8, 9, 10, 11, 88, 13]);
 }
 
 #[test]
