@@ -16,17 +16,21 @@
 # moves more between machines than the gateway's own cost does) drops out of the comparison:
 # that commit's loadtest is built once in a worktree under $DUET_HOME/bench/baseline-COMMIT
 # (its target seeded from this one's, so only the workspace's crates compile), each
-# gateway-latency round at 0 ms runs this build and then that one with the same cost cap (32
-# tokens, the gateway's default, which the older loadtest always used), and the engine rows
+# gateway-latency round at 0 ms runs this build, this build with `--fair-share off` (fair
+# sharing reorders the queue, which moves the tail), and then that one, all with the same cost
+# cap (32 tokens, the gateway's default, which the older loadtest always used), and the engine rows
 # (embedded; llama-server -np 8 through the gateway and --direct, twice each) run three times:
 # this build, this build with `--engine-admission off`, that build.
 #
-# Usage: deploy/bench/gateway.sh    (ROUNDS=3 ENGINE_CONFIGS="16:32:6" OUT=dir BASELINE=commit)
+# PARTS (default "latency engines") runs only some parts.
+#
+# Usage: deploy/bench/gateway.sh    (ROUNDS=3 ENGINE_CONFIGS="16:32:6" OUT=dir BASELINE=commit PARTS=latency)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 export DUET_HOME="${DUET_HOME:-$HOME/.cache/duet}"
 rounds="${ROUNDS:-3}"
+parts=" ${PARTS:-latency engines} "
 engine_configs="${ENGINE_CONFIGS:-16:32:6}"
 out="${OUT:-$(mktemp -d -t duet-gateway-XXXXXX)}"
 mkdir -p "$out"
@@ -48,6 +52,7 @@ if [ -n "${BASELINE:-}" ]; then
 fi
 echo "commit $(git rev-parse --short HEAD), $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores"
 echo
+if [[ "$parts" == *" latency "* ]]; then
 echo "gateway-latency: load before: $(uptime | sed 's/.*load average: //')"
 for r in $(seq 1 "$rounds"); do
   for cost in 0 5; do
@@ -58,6 +63,8 @@ for r in $(seq 1 "$rounds"); do
       say "gateway-latency round $r, backend 0 ms: this build with the 32-token cap, then $commit"
       target/release/loadtest --log error gateway-latency --devices 50 --sessions 2 --escalations 40 --cost-ms 0 \
         --max-batch-tokens 32 >"$out/capped-latency-0-$r.json"
+      target/release/loadtest --log error gateway-latency --devices 50 --sessions 2 --escalations 40 --cost-ms 0 \
+        --max-batch-tokens 32 --fair-share off >"$out/unfair-latency-0-$r.json"
       "$base_bin" --log error gateway-latency --devices 50 --sessions 2 --escalations 40 --cost-ms 0 \
         >"$out/baseline-latency-0-$r.json"
     fi
@@ -84,7 +91,7 @@ if len(sys.argv) > 3 and sys.argv[3]:
     print()
     print("| build | escalation p50 / p99 ms | ping p50 / p99 ms | escalation minus ping p50 ms | escalations/s |")
     print("|---|---|---|---|---|")
-    for name, prefix in (("this build", "capped-latency"), (base, "baseline-latency")):
+    for name, prefix in (("this build", "capped-latency"), ("this build, --fair-share off", "unfair-latency"), (base, "baseline-latency")):
         runs = [json.load(open(f"{out}/{prefix}-0-{r}.json")) for r in range(1, rounds + 1)]
         med = lambda k: statistics.median(x[k] for x in runs)
         gap = statistics.median(x["escalation_p50_ms"] - x["ping_p50_ms"] for x in runs)
@@ -93,6 +100,8 @@ if len(sys.argv) > 3 and sys.argv[3]:
               f"{med('escalation_p50_ms'):.2f} / {med('escalation_p99_ms'):.2f} | {med('ping_p50_ms'):.2f} / {med('ping_p99_ms'):.2f} | "
               f"{gap:.2f} | {med('escalations_per_s'):,.0f} |")
 PY
+fi
+[[ "$parts" == *" engines "* ]] || exit 0
 echo
 echo "engines: load before: $(uptime | sed 's/.*load average: //')"
 if [ -z "$base_bin" ]; then
