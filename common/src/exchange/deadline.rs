@@ -172,13 +172,34 @@ impl LinkHealth {
     }
 
     /// Deadline for an escalation that will queue behind `ahead` of this session's own work
-    /// at the gateway (an unfinished prompt pre-sync). Still at most the policy's maximum,
-    /// counted from now: no token ever waits longer than that.
+    /// at the gateway (what is left of an unfinished prompt pre-sync, margin included:
+    /// [`Self::presync_left`]). Still at most the policy's maximum, counted from now: no token
+    /// ever waits longer than that.
     pub fn deadline_behind(&self, srtt: Duration, tokens: usize, ahead: Duration) -> Duration {
         // Prefill times vary with the gateway's load far more than a one-token step, and a
         // deadline a little short wastes the whole wait: prefill work gets a margin.
-        let service = Duration::from_secs_f64(self.service_ewma_ms / 1e3) + ahead.mul_f64(PREFILL_MARGIN);
+        let service = Duration::from_secs_f64(self.service_ewma_ms / 1e3) + ahead;
         self.policy.deadline_at(srtt, service, Duration::from_secs_f64(PREFILL_MARGIN * self.per_token_ms / 1e3), tokens)
+    }
+
+    /// How long a hard token must expect to wait behind this session's pre-sync of `tokens`
+    /// prompt tokens, sent `elapsed` ago and not answered yet: what is left of its expected
+    /// prefill time with the margin, and once even that has passed, the policy's maximum.
+    ///
+    /// An overdue pre-sync says the estimate was wrong (it is learned from an idle warm-up and
+    /// earlier answers; a gateway whose LLM shares its cores, or is busy, prefills several
+    /// times slower), and the gateway answers this session's next token only after that
+    /// prefill, whenever it ends: a shorter deadline cannot get an answer, only a fallback the
+    /// wait would have avoided. The maximum still bounds the stall (measured: the demo's
+    /// CommonsenseQA prompt, 130 tokens, took 7 s to prefill where 3.2 s were expected, and every
+    /// hard token fell back on a deadline under 0.7 s; README.md).
+    pub fn presync_left(&self, tokens: usize, elapsed: Duration) -> Duration {
+        let expected = self.prefill_estimate(tokens).mul_f64(PREFILL_MARGIN);
+        if elapsed < expected {
+            expected - elapsed
+        } else {
+            self.policy.max
+        }
     }
 
     /// The expected LLM time for prefilling `tokens` context tokens.
@@ -467,7 +488,18 @@ mod tests {
     fn work_queued_ahead_lengthens_the_deadline_but_never_past_the_maximum() {
         let p = DeadlinePolicy { k: 0.0, min: Duration::ZERO, max: Duration::from_millis(3000), ..DeadlinePolicy::default() };
         let h = LinkHealth::new(p, Duration::from_millis(100));
-        assert_eq!(ms(h.deadline_behind(Duration::ZERO, 0, Duration::from_millis(1000))), 1600, "with the prefill margin");
+        assert_eq!(ms(h.deadline_behind(Duration::ZERO, 0, Duration::from_millis(1000))), 1100);
         assert_eq!(ms(h.deadline_behind(Duration::ZERO, 0, Duration::from_secs(10))), ms(p.max));
+    }
+
+    #[test]
+    fn a_presync_in_time_leaves_its_expected_time_with_the_margin_and_an_overdue_one_the_maximum() {
+        let p = DeadlinePolicy { max: Duration::from_millis(3000), per_token: Duration::from_millis(10), ..DeadlinePolicy::default() };
+        let h = LinkHealth::new(p, Duration::ZERO);
+        // 100 tokens x 10 ms x 1.5 = 1.5 s expected.
+        assert_eq!(ms(h.presync_left(100, Duration::ZERO)), 1500);
+        assert_eq!(ms(h.presync_left(100, Duration::from_millis(1000))), 500);
+        assert_eq!(ms(h.presync_left(100, Duration::from_millis(1500))), 3000, "overdue: its end is unknown");
+        assert_eq!(ms(h.presync_left(100, Duration::from_secs(60))), 3000);
     }
 }

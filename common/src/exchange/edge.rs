@@ -276,9 +276,10 @@ impl EdgeSession {
         let assumed = self.tracker.assumed_len().filter(|&n| n <= context.len()).unwrap_or(0);
         let to_send = context.len() - assumed;
         let ahead = match self.presync.as_ref().filter(|p| p.generation == generation && !p.report.is_finished()) {
-            // Still prefilling the prompt: this token waits behind what is left of it (the
-            // deadline's maximum still applies, so the edge never stalls longer than configured).
-            Some(p) => self.health.prefill_estimate(p.tokens).saturating_sub(now.saturating_duration_since(p.started)),
+            // Still prefilling the prompt: this token waits behind what is left of it, or
+            // behind all of the cap once it is overdue (the deadline's maximum still applies,
+            // so the edge never stalls longer than configured).
+            Some(p) => self.health.presync_left(p.tokens, now.saturating_duration_since(p.started)),
             None => Duration::ZERO,
         };
         let draft = &draft[..draft.len().min(MAX_DRAFT_TOKENS)];

@@ -406,6 +406,24 @@ fn a_presync_is_resolved_out_of_band_and_lengthens_the_first_deadline() {
 }
 
 #[test]
+fn a_hard_token_behind_an_overdue_presync_waits_up_to_the_maximum_not_the_stale_estimate() {
+    // 20 tokens x 5 ms x 1.5: the pre-sync is expected within 150 ms.
+    let prompt: Vec<u32> = (1..21).collect();
+    let mut ctx = prompt.clone();
+    ctx.push(5);
+    let deadline_after = |elapsed: Duration| {
+        let mut p = Pair::new();
+        let _unanswered = p.edge.presync(&prompt, up(1), p.now).expect("link up");
+        p.advance(elapsed);
+        let t = Pair::sent(&p.edge.escalate(&ctx, up(1), p.now)).clone();
+        t.deadline - p.now
+    };
+    let in_time = deadline_after(Duration::from_millis(100));
+    assert!(in_time < Duration::from_millis(200), "what is left of the expected prefill: {in_time:?}");
+    assert_eq!(deadline_after(Duration::from_millis(200)), policy().max, "overdue: the answer comes only after that prefill");
+}
+
+#[test]
 fn a_frame_over_the_gateways_limit_is_not_sent() {
     let mut p = Pair::new();
     let ctx: Vec<u32> = (100_000..100_100).collect();
