@@ -15,6 +15,9 @@
 # 2. Replay: a gateway with `--replay-answers` and the latency model (no model loaded), behind the
 #    relay at each RTT, each prompt in each mode, with the device's default deadlines.
 # 3. Local-only at the start and at the end: the baseline.
+# 4. With LIVE_ENGINE=llamacpp (the default; "none" skips it): the live rows again with
+#    llama-server (built from source by deploy/engines/llamacpp/build, the 1.5B Q4_K_M GGUF,
+#    one slot, one thread on GW_CPU) as the gateway's engine instead of the embedded LLM.
 #
 # Modes: wait (--speculate 0), speculate (--speculate 8, the default), verify (--draft adaptive,
 # with the default --speculate). Prompts: the first CQA_ITEMS CommonsenseQA validation items in
@@ -44,6 +47,7 @@ C_US="${C_US:-150}"              # per draft token, µs (prefilled in the same p
 LIVE_RTT="${LIVE_RTT:-50}"
 LIVE_MODES="${LIVE_MODES:-wait speculate verify}"
 MODES="${MODES:-wait speculate verify}"
+LIVE_ENGINE="${LIVE_ENGINE:-llamacpp}"
 RECORD="${RECORD:-auto}"         # auto: record when $OUT/answers.bin does not exist; 1: always; 0: never
 EDGE_CPU="${EDGE_CPU:-0}"
 GW_CPU="${GW_CPU:-1}"
@@ -138,6 +142,20 @@ run() {
   done <"$out/prompts.jsonl"
 }
 
+# live NAME: every prompt in each mode of LIVE_MODES through the relay at LIVE_RTT, with device
+# deadlines of 20-60 s so that every answer arrives; runs named NAME-MODE-rttLIVE_RTT.
+live() {
+  local name="$1" mode
+  start_relay "$LIVE_RTT"
+  for mode in $LIVE_MODES; do
+    say "$name $mode ($(load))"
+    # shellcheck disable=SC2046
+    run "$name-$mode-rtt$LIVE_RTT" /dev/null --gateway "127.0.0.1:$rport" --ca-cert "$out/cert.pem" \
+      --deadline-min-ms 20000 --deadline-max-ms 60000 $(mode_flags "$mode")
+  done
+  stop_relay
+}
+
 rm -f "$out"/local*.json "$out"/proj-*.json "$out"/*.misses
 say "local-only baseline ($(load))"
 run local /dev/null
@@ -146,15 +164,25 @@ if [ "$RECORD" = 1 ] || { [ "$RECORD" = auto ] && [ ! -s "$out/answers.bin" ]; }
   rm -f "$out"/live-*.json
   say "recording the embedded 1.5B's answers (live, RTT $LIVE_RTT ms, deadlines 20-60 s; $(load))"
   start_gateway "$out/gateway-record.log" --record-answers "$out/answers.bin"
-  start_relay "$LIVE_RTT"
-  for mode in $LIVE_MODES; do
-    say "live $mode ($(load))"
-    # shellcheck disable=SC2046
-    run "live-$mode-rtt$LIVE_RTT" /dev/null --gateway "127.0.0.1:$rport" --ca-cert "$out/cert.pem" \
-      --deadline-min-ms 20000 --deadline-max-ms 60000 $(mode_flags "$mode")
-  done
-  stop_relay
+  live live
   stop_gateway
+fi
+
+if [ "$LIVE_ENGINE" = llamacpp ]; then
+  rm -f "$out"/live-llama-*.json
+  # shellcheck source=deploy/engines/llamacpp/start.sh
+  . deploy/engines/llamacpp/start.sh
+  eport=$((gport + 2))
+  say "live with llama-server (the 1.5B GGUF, one thread on core $GW_CPU; RTT $LIVE_RTT ms, deadlines 20-60 s; $(load))"
+  llama_start "$eport" "$out/llama-server.log" -m "$DUET_HOME/gguf/qwen2.5-coder-1.5b-instruct.gguf" -np 1 -c 4096 -t 1
+  taskset -a -p -c "$GW_CPU" "${llama_pids[-1]}" >/dev/null
+  trap 'llama_stop; kill $gw $relay 2>/dev/null || true' EXIT
+  start_gateway "$out/gateway-llama.log" --engine "llamacpp=http://127.0.0.1:$eport"
+  live live-llama
+  stop_gateway
+  llama_stop
+elif [ "$LIVE_ENGINE" != none ]; then
+  echo "LIVE_ENGINE: llamacpp or none (SGLang and vLLM need a GPU host)" >&2; exit 2
 fi
 
 say "replaying with the latency model ($(load))"
@@ -208,7 +236,8 @@ for kind, title in (("cqa", "CommonsenseQA (shipped trained router at its defaul
     print(f"\n{title}: {local['runs'] // 2} prompts, local-only {local['tok_s']:.1f} tokens/s (runs at the start and at the end)\n")
     print("| " + " | ".join(COLUMNS) + " |")
     print("|" + "---|" * len(COLUMNS))
-    rows = [("projected", m, r, f"proj-{m}-rtt{r}") for r in rtts for m in modes] + [("live 1.5B, 1 core", m, live_rtt, f"live-{m}-rtt{live_rtt}") for m in live_modes]
+    rows = [("projected", m, r, f"proj-{m}-rtt{r}") for r in rtts for m in modes] + [("live 1.5B, 1 core", m, live_rtt, f"live-{m}-rtt{live_rtt}") for m in live_modes] \
+        + [("live llama-server, 1 core", m, live_rtt, f"live-llama-{m}-rtt{live_rtt}") for m in live_modes]
     for cloud, mode, rtt, name in rows:
         runs = load(name, kind)
         if not runs:
