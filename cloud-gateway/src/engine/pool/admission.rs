@@ -80,6 +80,9 @@ pub struct Ahead {
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     id: u64,
+    /// The session it serves (a hash of its key), when known: that session's own later
+    /// escalations do not count it as work ahead of them ([`Load::ahead_of`]).
+    session: Option<u64>,
     tokens: usize,
     since: Instant,
     /// What was ahead of it when it was admitted.
@@ -118,6 +121,18 @@ impl Load {
         Ahead { requests: self.entries.len(), tokens: self.entries.iter().map(|e| e.tokens).sum() }
     }
 
+    /// What is admitted and not finished for sessions other than `session`: the work an
+    /// escalation of `session` is judged against. Its own session's work in flight (the prompt
+    /// pre-sync the device sent ahead of its first hard token) is covered by the device's own
+    /// deadline, which already waits for it; counted as ahead, it got a lone device's first
+    /// hard tokens refused `Busy` by a one-slot llama-server serving nobody else
+    /// (BENCHMARKS.md, "Verify the draft: what a GPU cloud would give", llama-server rows).
+    pub fn ahead_of(&self, session: u64) -> Ahead {
+        let others = self.entries.iter().filter(|e| e.session != Some(session));
+        let (requests, tokens) = others.fold((0, 0), |(r, t), e| (r + 1, t + e.tokens));
+        Ahead { requests, tokens }
+    }
+
     /// The cost model now.
     pub fn model(&self) -> CostModel {
         self.model
@@ -143,11 +158,18 @@ impl Load {
 
     /// Count a request of `tokens` admitted at `now`; its id, for [`Load::finish`].
     pub fn reserve(&mut self, tokens: usize, now: Instant) -> u64 {
+        self.reserve_for(None, tokens, now)
+    }
+
+    /// [`Self::reserve`] for a request of `session` (see [`Self::ahead_of`]). What it is
+    /// predicted to take, and so what the model learns from it, counts all the work ahead of
+    /// it, its session's included: the engine runs that too.
+    pub fn reserve_for(&mut self, session: Option<u64>, tokens: usize, now: Instant) -> u64 {
         let ahead = self.ahead();
         let predicted_ms = predicted_ms(&self.model, ahead, tokens);
         let id = self.next_id;
         self.next_id += 1;
-        self.entries.push(Entry { id, tokens, since: now, ahead, predicted_ms });
+        self.entries.push(Entry { id, session, tokens, since: now, ahead, predicted_ms });
         id
     }
 
@@ -412,6 +434,18 @@ mod tests {
         let closed = Worker { open: false, ..worker(0, Ahead::default(), 1) };
         assert_eq!(decide(&[closed], &PickPolicy::default(), 0, 10_000 * MS, true, 80), Err(Busy { retry_after_ms: 80, reason: BusyReason::Capacity }));
         assert_eq!(decide(&[], &PickPolicy::default(), 0, 10_000 * MS, true, 0), Err(Busy { retry_after_ms: 5, reason: BusyReason::Capacity }));
+    }
+
+    #[test]
+    fn a_sessions_own_work_in_flight_is_not_ahead_of_its_next_escalation() {
+        let t0 = Instant::now();
+        let mut load = Load::new(CostModel { batch_ms: 100.0, token_ms: 1.0 });
+        load.reserve_for(Some(7), 130, t0);
+        load.reserve_for(Some(8), 20, t0);
+        load.reserve(5, t0);
+        assert_eq!(load.ahead_of(7), Ahead { requests: 2, tokens: 25 }, "session 7's pre-sync is covered by its device's deadline");
+        assert_eq!(load.ahead_of(9), Ahead { requests: 3, tokens: 155 });
+        assert_eq!(load.ahead(), Ahead { requests: 3, tokens: 155 }, "the engine still runs all of it");
     }
 
     #[test]
