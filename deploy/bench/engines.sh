@@ -35,6 +35,9 @@ rows=" ${ROWS:-embedded np1 np8 2w default-http} "
 loadtest="${LOADTEST:-./target/release/loadtest}"
 read -r -a gateway_args <<<"${GATEWAY_ARGS:-}"
 row() { [[ "$rows" == *" $1 "* ]]; }
+for r in $rows; do
+  case "$r" in embedded | np1 | np8 | 2w | default-http) ;; *) echo "ROWS: unknown row '$r' (embedded np1 np8 2w default-http)" >&2; exit 2 ;; esac
+done
 out="${OUT:-$(mktemp -d -t duet-engines-XXXXXX)}"
 mkdir -p "$out"
 model="qwen2.5-coder-1.5b-instruct"

@@ -31,6 +31,9 @@ cd "$root"
 export DUET_HOME="${DUET_HOME:-$HOME/.cache/duet}"
 rounds="${ROUNDS:-3}"
 parts=" ${PARTS:-latency engines} "
+for part in $parts; do
+  case "$part" in latency | engines) ;; *) echo "PARTS: unknown part '$part' (latency engines)" >&2; exit 2 ;; esac
+done
 engine_configs="${ENGINE_CONFIGS:-16:32:6}"
 out="${OUT:-$(mktemp -d -t duet-gateway-XXXXXX)}"
 mkdir -p "$out"

@@ -61,6 +61,7 @@ use std::time::{Duration, Instant};
 use super::pick::{choose, Candidate, PickPolicy};
 use crate::dispatch::admission::{within_deadline, CostModel};
 use crate::dispatch::{Busy, BusyReason};
+use crate::sessions::SessionKey;
 
 /// The cost model a worker starts from when no warm-up measured one: 50 ms per request and
 /// 1 ms per token of prefill (between a GPU engine's and a CPU one's: either way its first
@@ -77,12 +78,12 @@ pub struct Ahead {
 }
 
 /// One admitted request on a worker.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Entry {
     id: u64,
-    /// The session it serves (a hash of its key), when known: that session's own later
-    /// escalations do not count it as work ahead of them ([`Load::ahead_of`]).
-    session: Option<u64>,
+    /// The session it serves, when known: that session's own later escalations do not count
+    /// it as work ahead of them ([`Load::ahead_of`]).
+    session: Option<SessionKey>,
     tokens: usize,
     since: Instant,
     /// What was ahead of it when it was admitted.
@@ -127,8 +128,8 @@ impl Load {
     /// deadline, which already waits for it; counted as ahead, it got a lone device's first
     /// hard tokens refused `Busy` by a one-slot llama-server serving nobody else
     /// (BENCHMARKS.md, "Verify the draft: what a GPU cloud would give", llama-server rows).
-    pub fn ahead_of(&self, session: u64) -> Ahead {
-        let others = self.entries.iter().filter(|e| e.session != Some(session));
+    pub fn ahead_of(&self, session: &SessionKey) -> Ahead {
+        let others = self.entries.iter().filter(|e| e.session.as_ref() != Some(session));
         let (requests, tokens) = others.fold((0, 0), |(r, t), e| (r + 1, t + e.tokens));
         Ahead { requests, tokens }
     }
@@ -164,7 +165,7 @@ impl Load {
     /// [`Self::reserve`] for a request of `session` (see [`Self::ahead_of`]). What it is
     /// predicted to take, and so what the model learns from it, counts all the work ahead of
     /// it, its session's included: the engine runs that too.
-    pub fn reserve_for(&mut self, session: Option<u64>, tokens: usize, now: Instant) -> u64 {
+    pub fn reserve_for(&mut self, session: Option<SessionKey>, tokens: usize, now: Instant) -> u64 {
         let ahead = self.ahead();
         let predicted_ms = predicted_ms(&self.model, ahead, tokens);
         let id = self.next_id;
@@ -440,11 +441,12 @@ mod tests {
     fn a_sessions_own_work_in_flight_is_not_ahead_of_its_next_escalation() {
         let t0 = Instant::now();
         let mut load = Load::new(CostModel { batch_ms: 100.0, token_ms: 1.0 });
-        load.reserve_for(Some(7), 130, t0);
-        load.reserve_for(Some(8), 20, t0);
+        let session = |id: u64| SessionKey { device: "d".into(), session_id: id };
+        load.reserve_for(Some(session(7)), 130, t0);
+        load.reserve_for(Some(session(8)), 20, t0);
         load.reserve(5, t0);
-        assert_eq!(load.ahead_of(7), Ahead { requests: 2, tokens: 25 }, "session 7's pre-sync is covered by its device's deadline");
-        assert_eq!(load.ahead_of(9), Ahead { requests: 3, tokens: 155 });
+        assert_eq!(load.ahead_of(&session(7)), Ahead { requests: 2, tokens: 25 }, "session 7's pre-sync is covered by its device's deadline");
+        assert_eq!(load.ahead_of(&session(9)), Ahead { requests: 3, tokens: 155 });
         assert_eq!(load.ahead(), Ahead { requests: 3, tokens: 155 }, "the engine still runs all of it");
     }
 

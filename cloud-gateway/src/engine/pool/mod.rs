@@ -444,7 +444,6 @@ impl EnginePool {
         let rr = self.round_robin.fetch_add(1, Ordering::Relaxed);
         let last = self.sessions.lock().unwrap_or_else(|p| p.into_inner()).get(&request.session).cloned();
         let _one_at_a_time = self.admitting.lock().unwrap_or_else(|p| p.into_inner());
-        let own = session_id(&request.session);
         let views: Vec<admission::Worker> = order
             .iter()
             .map(|&index| {
@@ -452,7 +451,7 @@ impl EnginePool {
                 let load = w.load();
                 let held = last.as_ref().filter(|(label, _)| *label == w.label).and_then(|(_, seen)| seen.held());
                 let cost = admission::cost(request.context.len(), request.draft.len(), held);
-                let offer = Offer { ahead: load.ahead_of(own), model: load.model(), margin_ms: load.margin_ms(), cost };
+                let offer = Offer { ahead: load.ahead_of(&request.session), model: load.model(), margin_ms: load.margin_ms(), cost };
                 let in_flight = w.in_flight().max(offer.ahead.requests);
                 admission::Worker { index, open: in_flight < self.config.max_in_flight_per_worker && w.is_available(now), in_flight, offer }
             })
@@ -465,7 +464,7 @@ impl EnginePool {
         }
         let first = admission::decide(&views, &self.config.pick, rr, left, self.config.admit_by_cost, self.service_ms())?;
         let cost = views.iter().find(|v| v.index == first).map_or(1, |v| v.offer.cost);
-        let load_id = workers[first].load().reserve_for(Some(own), cost, now);
+        let load_id = workers[first].load().reserve_for(Some(request.session.clone()), cost, now);
         let share = shares.then(|| {
             let mut share = self.share.lock().unwrap_or_else(|p| p.into_inner());
             share.start(device, cost, now);
@@ -796,15 +795,6 @@ async fn futures_join_all<F: std::future::Future<Output = ()> + Send + 'static>(
     for h in handles {
         let _ = h.await;
     }
-}
-
-/// A session's key as one number, for telling its own work in flight from others'
-/// ([`admission::Load::ahead_of`]); a collision only counts another session's work as its own.
-fn session_id(session: &SessionKey) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    session.hash(&mut h);
-    h.finish()
 }
 
 /// The bytes a session is hashed by: device id and session id.
