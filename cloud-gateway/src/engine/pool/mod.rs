@@ -516,9 +516,11 @@ impl EnginePool {
         sessions.insert(session.clone(), (label.to_string(), admission::learn(before, sent, cached)));
     }
 
-    /// A session ended: forget which worker holds its context.
+    /// A session ended: forget which worker holds its context, and its device's last ask
+    /// ([`WorkShare::leave`]).
     pub fn forget(&self, session: &SessionKey) {
         self.sessions.lock().unwrap_or_else(|p| p.into_inner()).remove(session);
+        self.share.lock().unwrap_or_else(|p| p.into_inner()).leave(&session.device);
     }
 
     /// Requests in flight on all workers (of the pool now: a removed worker's last requests

@@ -19,7 +19,11 @@
 //! active between escalations and its demand counts: what it last asked for (one escalation's
 //! cost) or, while it has more in flight, that. A flood's demand is what it holds; a light
 //! device's share is all it asks as long as that is below an equal split, and the flood's share
-//! is the budget less what the others ask.
+//! is the budget less what the others ask. A device whose session ends ([`WorkShare::leave`])
+//! stops asking at once: it left, or its next escalation asks again (and a device with nothing
+//! in flight is always admitted for its share). Without that, devices that had come and gone
+//! held their last asks against a newcomer for the whole window, and a lone device on an idle
+//! engine was refused for its share of a budget nobody else was using.
 //!
 //! Rules ([`WorkShare::admit`]):
 //! - a device with nothing in flight is never refused for its share (one escalation at a time
@@ -131,6 +135,17 @@ impl WorkShare {
             d.in_flight = d.in_flight.saturating_sub(cost);
             d.requests = d.requests.saturating_sub(1);
             d.seen = now;
+        }
+    }
+
+    /// One of `device`'s sessions ended: what it last asked counts no longer (see the module
+    /// docs); a device with nothing in flight is forgotten.
+    pub fn leave(&mut self, device: &str) {
+        if let Some(d) = self.devices.get_mut(device) {
+            d.asked = 0;
+            if d.requests == 0 {
+                self.devices.remove(device);
+            }
         }
     }
 
@@ -248,6 +263,41 @@ mod tests {
         assert!(share.admit(&flood, 20, 1_000, t0 + 1_000 * MS).is_err(), "the light device's 500 are reserved");
         assert_eq!(share.admit(&flood, 20, 1_000, t0 + DEFAULT_WINDOW + 1_000 * MS), Ok(()), "idle past its window: forgotten");
         assert_eq!(share.len(), 1);
+    }
+
+    #[test]
+    fn devices_whose_sessions_ended_leave_a_newcomer_the_whole_budget() {
+        let t0 = Instant::now();
+        let mut share = WorkShare::new(64, DEFAULT_WINDOW);
+        for i in 0..20 {
+            let d = id(&format!("gone-{i}"));
+            share.admit(&d, 15, 400, t0).unwrap();
+            share.start(&d, 15, t0);
+            share.end(&d, 15, t0 + 100 * MS);
+            share.leave(&d);
+        }
+        assert!(share.is_empty(), "nothing in flight: forgotten");
+        let lone = id("lone");
+        let mut held = 0;
+        while share.admit(&lone, 20, 400, t0 + 200 * MS).is_ok() && held < 1_000 {
+            share.start(&lone, 20, t0 + 200 * MS);
+            held += 20;
+        }
+        assert_eq!(held, 400, "alone on the pool, its share is the whole budget");
+    }
+
+    #[test]
+    fn a_device_leaving_with_work_in_flight_keeps_it_counted_until_it_ends() {
+        let t0 = Instant::now();
+        let mut share = WorkShare::new(64, DEFAULT_WINDOW);
+        let (a, b) = (id("a"), id("b"));
+        share.start(&a, 300, t0);
+        share.leave(&a);
+        assert_eq!(share.in_flight_devices(), 1);
+        share.start(&b, 20, t0);
+        assert_eq!(share.admit(&b, 200, 400, t0), Err(OverShare { held: 20, share: 200 }), "a's 300 tokens still run");
+        share.end("a", 300, t0 + MS);
+        assert_eq!(share.admit(&b, 200, 400, t0 + MS), Ok(()), "a ran out and asks nothing more");
     }
 
     #[test]
