@@ -168,11 +168,13 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `config` with the `--rate-control` mode when tau is steered; without the key when it is not,
-/// so results made with a fixed tau (before rate control, or with it off) stay comparable.
+/// `config` with the `--rate-control` mode and the controller's rule when tau is steered;
+/// without them when it is not, so results made with a fixed tau (before rate control, or with
+/// it off) stay comparable.
 fn with_rate_control(mut config: serde_json::Value, mode: RateControlMode) -> serde_json::Value {
     if mode != RateControlMode::Off {
         config["rate_control"] = serde_json::json!(mode);
+        config["rate_rule"] = serde_json::json!(edge_node::decode::RATE_RULE);
     }
     config
 }
@@ -254,7 +256,7 @@ fn reuse_from(
     out: &mut std::fs::File,
 ) -> anyhow::Result<usize> {
     let theirs: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).with_context(|| format!("{}/config.json", dir.display()))?)?;
-    for key in ["mode", "slm", "llm", "router", "router_training", "data", "max_new_tokens", "answer_rule", "stop_rule", "rate_control"] {
+    for key in ["mode", "slm", "llm", "router", "router_training", "data", "max_new_tokens", "answer_rule", "stop_rule", "rate_control", "rate_rule"] {
         if !theirs.get(key).zip(config.get(key)).is_some_and(|(a, b)| same_json(a, b)) && theirs.get(key) != config.get(key) {
             bail!("--reuse {}: its `{key}` differs from this run's; its results cannot stand in for these", dir.display());
         }

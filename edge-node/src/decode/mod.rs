@@ -22,7 +22,7 @@ mod tests;
 pub use cloud::{Cloud, CloudAnswer, DraftAnswer, NoCloud};
 pub use draft::{DraftControl, DraftMode, MAX_DRAFT};
 pub use engine::{decode, DecodeParams, Emitted, FinishReason, TokenSource};
-pub use rate::{RateControl, RateControlError, RateReport, DEFAULT_BAND};
+pub use rate::{RateControl, RateControlError, RateReport, DEFAULT_BAND, RULE as RATE_RULE};
 pub use slm::{OnnxSlm, Proposal, Slm};
 pub use stats::{DecodeStats, DraftCounts, RoutingCounts, SpeculationCounts};
 pub use trace::{TracePoint, TraceSlm};

@@ -67,6 +67,11 @@ use serde::Serialize;
 
 use crate::router_file::{Calibration, RouterFileError};
 
+/// Which rule steers tau, as results record it: results of another rule are not resumed into or
+/// reused for these (the floor moved from a calibrated tau to a share of the text seen on
+/// 2026-11-27; a result without this mark was steered by the earlier rule).
+pub const RULE: &str = "share band of the text seen, tau guard at the top (2026-11-27)";
+
 /// Confidences remembered (the running quantile's sample).
 pub const WINDOW: usize = 256;
 
