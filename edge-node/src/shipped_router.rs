@@ -1,12 +1,12 @@
 //! The trained routers that ship inside the binary, one per supported SLM.
 //!
 //! A router is what turns Duet from "ask the cloud when the SLM is unsure" into the system
-//! EVALUATION.md measures (80 % of the SLM→LLM gap at 7.8 % of tokens), and training one
-//! costs about an hour of CPU. So the file `router-lab train` wrote for the default SLM is
-//! committed (`edge-node/routers/`, ~0.5 MB) and compiled in: a device gets it with the binary,
-//! with no path to configure and nothing to download. `deploy/eval/commonsense_qa labels train
-//! ship` regenerates it. Like any router file it is checked against the running SLM's id,
-//! tokenizer fingerprint and feature layout before use.
+//! EVALUATION.md measures, and training one costs hours of CPU. So the file `router-lab train`
+//! wrote for the default SLM is committed (`edge-node/routers/`, ~0.5 MB) and compiled in: a
+//! device gets it with the binary, with no path to configure and nothing to download. It is the
+//! mixed-traffic router (CommonsenseQA, BIG-bench reasoning tasks and code prompts);
+//! `deploy/eval/mixed labels train ship` regenerates it. Like any router file it is checked
+//! against the running SLM's id, tokenizer fingerprint and feature layout before use.
 
 use std::path::Path;
 
