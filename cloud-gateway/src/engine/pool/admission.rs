@@ -27,7 +27,12 @@
 //! overload of a llama-server expired). The estimate's own error is learned too, as TCP learns
 //! its round-trip time's (Jacobson's retransmission timeout): the mean absolute difference
 //! between what each request took and what was predicted, and the work ahead counts four
-//! times that on top ([`Load::margin_ms`]), so a worker whose answers vary admits less.
+//! times that on top ([`Load::margin_ms`]), so a worker whose answers vary admits less. Both
+//! the model and the error learn from the tokens the engine reported it ran, its own and those
+//! of the requests that were ahead of it ([`Load::settle`]), not from what admission charged:
+//! charging a whole context where the cache held most of it is the cost rule's caution, and
+//! counted as the model's error it padded every later estimate by seconds under a flood that
+//! thrashes the cache, so that no light device's first escalation fitted any more.
 //!
 //! What a worker's prefix cache holds is the engine's to know: with more sessions than slots
 //! it evicts, and a request dropped at its deadline may never have reached the cache at all.
@@ -86,10 +91,9 @@ struct Entry {
     session: Option<SessionKey>,
     tokens: usize,
     since: Instant,
-    /// What was ahead of it when it was admitted.
+    /// What was ahead of it when it was admitted, with the tokens the engine reported for
+    /// those requests as their answers came in ([`Load::settle`]).
     ahead: Ahead,
-    /// How long the model said it would take, ms.
-    predicted_ms: f64,
 }
 
 /// One worker's admitted work and its learned cost model.
@@ -167,31 +171,37 @@ impl Load {
     /// it, its session's included: the engine runs that too.
     pub fn reserve_for(&mut self, session: Option<SessionKey>, tokens: usize, now: Instant) -> u64 {
         let ahead = self.ahead();
-        let predicted_ms = predicted_ms(&self.model, ahead, tokens);
         let id = self.next_id;
         self.next_id += 1;
-        self.entries.push(Entry { id, session, tokens, since: now, ahead, predicted_ms });
+        self.entries.push(Entry { id, session, tokens, since: now, ahead });
         id
     }
 
     /// The engine reported what the request `id` ran: `tokens` (the prompt tokens it did not
     /// find cached, its draft, at least one). The model learns from that instead of the
-    /// estimate, so a wrong guess about the cache does not teach a wrong time per token.
+    /// estimate, so a wrong guess about the cache does not teach a wrong time per token; the
+    /// requests admitted behind it count it as that much work ahead of them, for the same reason.
     pub fn settle(&mut self, id: u64, tokens: usize) {
-        if let Some(e) = self.entries.iter_mut().find(|e| e.id == id) {
-            e.tokens = tokens.max(1);
+        let Some(e) = self.entries.iter_mut().find(|e| e.id == id) else { return };
+        let (charged, ran) = (e.tokens, tokens.max(1));
+        e.tokens = ran;
+        // Every request still here with a later id was admitted while this one was in flight.
+        for behind in self.entries.iter_mut().filter(|b| b.id > id) {
+            behind.ahead.tokens = (behind.ahead.tokens + ran).saturating_sub(charged);
         }
     }
 
     /// The request `id` ended at `now`, answered or not: it is no longer ahead of anyone, and
     /// the model learns what it took (an unanswered one only when it ran past its prediction:
-    /// a lower bound).
+    /// a lower bound). The prediction it is judged against is the model's for the tokens the
+    /// engine reported ([`Self::settle`]), so only timing is counted as the model's error.
     pub fn finish(&mut self, id: u64, answered: bool, now: Instant) {
         let Some(i) = self.entries.iter().position(|e| e.id == id) else { return };
         let e = self.entries.swap_remove(i);
         let ms = now.saturating_duration_since(e.since).as_secs_f64() * 1e3;
-        if answered || ms > e.predicted_ms {
-            let error = (ms - e.predicted_ms).abs();
+        let predicted = predicted_ms(&self.model, e.ahead, e.tokens);
+        if answered || ms > predicted {
+            let error = (ms - predicted).abs();
             self.error_ms = if self.observed == 0 { error } else { (1.0 - ERROR_WEIGHT) * self.error_ms + ERROR_WEIGHT * error };
             self.model.observe(e.ahead.requests + 1, e.ahead.tokens + e.tokens, ms);
             self.observed += 1;
@@ -478,6 +488,22 @@ mod tests {
         load.settle(id, 1_001);
         load.finish(id, true, t0 + 10_100 * MS);
         assert!((load.model().token_ms - (0.8 * 1.0 + 0.2 * 10.0)).abs() < 1e-9, "{:?}", load.model());
+    }
+
+    #[test]
+    fn a_cache_hit_the_charge_did_not_count_on_is_no_error_of_the_model_for_the_requests_behind_it() {
+        let t0 = Instant::now();
+        let mut load = Load::new(CostModel { batch_ms: 100.0, token_ms: 1.0 });
+        // Charged its whole 1,000-token context; the engine found all but 10 cached.
+        let a = load.reserve(1_000, t0);
+        let b = load.reserve(20, t0);
+        load.settle(a, 10);
+        load.finish(a, true, t0 + 109 * MS);
+        // Behind 10 tokens, not 1,000: 100 ms + 28 x 1 ms, exactly as the model says.
+        load.settle(b, 20);
+        load.finish(b, true, t0 + 128 * MS);
+        assert!(load.margin_ms() < 1.0, "no timing error, no margin: {}", load.margin_ms());
+        assert!((load.model().token_ms - 1.0).abs() < 1e-9, "nor a faster time per token: {:?}", load.model());
     }
 
     #[test]
