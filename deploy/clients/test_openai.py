@@ -21,6 +21,11 @@ import openai
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / "target" / "release"
 PROMPT = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+# A CommonsenseQA question: the shipped router is sure of every token of PROMPT's answer (its
+# confidence rounds to 1.0 in f32, so no escalation rate reaches them) but not of this one's letter.
+HARD = [{"role": "user", "content": "A revolving door is convenient for two direction travel, but it also serves as a "
+                                    "security measure at a what? A. bank B. library C. department store D. mall "
+                                    "E. new york. Answer with one letter."}]
 
 
 def free_port(kind=socket.SOCK_STREAM):
@@ -179,7 +184,7 @@ class RoutedServer(unittest.TestCase):
         cls.dir.cleanup()
 
     def test_routed_usage_counts_escalated_tokens_answered_by_the_cloud(self):
-        r = self.client.chat.completions.create(model="duet", messages=PROMPT, temperature=0, max_tokens=24, extra_body={"duet": {"escalation_rate": 0.5}})
+        r = self.client.chat.completions.create(model="duet", messages=HARD, temperature=0, max_tokens=24, extra_body={"duet": {"escalation_rate": 0.5}})
         d = r.model_extra["duet"]
         self.assertEqual(d["mode"], "routed")
         self.assertGreater(d["escalated"], 0)
