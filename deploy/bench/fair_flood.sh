@@ -41,7 +41,7 @@ gguf="$DUET_HOME/gguf/$MODEL.gguf"
 . deploy/engines/llamacpp/start.sh
 say "llama-server $MODEL on 127.0.0.1:$PORT (-t 1 -np $NP, fresh for each run), deadline $DEADLINE_MS ms, behaved load $BEHAVED_LOAD; reports in $out; commit $(git rev-parse --short HEAD)"
 
-echo "| run | fair share | uptime (load 1/5/15 min) | capacity esc/s (tokens/s) | behaved pause s | tokens served | flood's share (its fair share) | behaved of fair share min / median | at >= 0.9 | behaved answered / Busy / expired | flood answered / Busy / expired | lost | refused share / cost / capacity | breaker opened |"
+echo "| run | fair share | uptime (load 1/5/15 min) | capacity esc/s (tokens/s) | behaved pause s | tokens served | flood's share (its fair share) | behaved of fair share min / median | at >= 0.9 | behaved answered / Busy / expired | flood answered / Busy / expired | lost | refused share / reserved / cost / capacity | breaker opened |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for run in $(seq 1 "$RUNS"); do
   for share in device off; do
@@ -65,7 +65,7 @@ print(f"| {sys.argv[2]} | {sys.argv[3]} | {sys.argv[4]} | {cap['escalations_per_
       + (f"| n/a (nothing served) | n/a " if r['tokens_served'] == 0 else
          f"| {r['behaved_of_fair_share_min']:.2f} / {r['behaved_of_fair_share_median']:.2f} | {r['behaved_at_least_0_9']} / {r['behaved_devices']} ") +
       f"| {sum_('token')} / {sum_('busy')} / {sum_('expired')} | {fa['token']} / {fa['busy']} / {fa['expired']} | {r['lost']} "
-      f"| {ref['share']:.0f} / {ref['cost']:.0f} / {ref['capacity']:.0f} | {r['engine_breaker_opened']:.0f} |")
+      f"| {ref['share']:.0f} / {ref.get('reserved', 0):.0f} / {ref['cost']:.0f} / {ref['capacity']:.0f} | {r['engine_breaker_opened']:.0f} |")
 PY
     # What the engine did in the run (llama-server's own counters): prompt tokens, cached, seconds.
     curl -fsS "http://127.0.0.1:$PORT/metrics" | grep -E '^llamacpp:(prompt_tokens_total|prompt_tokens_cached_total|prompt_seconds_total|tokens_predicted_total) ' \

@@ -168,6 +168,9 @@ pub enum BusyReason {
     /// The path is contended and the device already holds its fair share of it (other
     /// devices' work is admitted first).
     Share,
+    /// Devices refused earlier wait for the room their retries need, and this escalation would
+    /// take it (the engine path's line, `engine::pool::share`).
+    Reserved,
     /// The gateway is draining and past the window in which it takes work.
     Draining,
     /// The LLM path has stopped.
@@ -181,6 +184,7 @@ impl BusyReason {
             Self::Cost => "cost",
             Self::Capacity => "capacity",
             Self::Share => "share",
+            Self::Reserved => "reserved",
             Self::Draining => "draining",
             Self::Stopped => "stopped",
         }

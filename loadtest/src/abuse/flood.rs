@@ -218,7 +218,8 @@ pub(super) async fn fair_flood(run: &Run) -> anyhow::Result<serde_json::Value> {
     let longest = Duration::from_secs(super::SESSION_IDLE_SECS).saturating_sub(Duration::from_millis(u64::from(deadline_ms) + 1000));
     let think = capacity.as_ref().map_or(THINK, |c| behaved_think(c.escalations_per_s, run.args.fair_behaved_load, longest));
     let refused = |reason: &'static str| async move { labelled(run.gw.http, "duet_gateway_admission_refused_total", reason).await };
-    let (share_before, cost_before, capacity_before) = (refused("share").await, refused("cost").await, refused("capacity").await);
+    let (share_before, reserved_before) = (refused("share").await, refused("reserved").await);
+    let (cost_before, capacity_before) = (refused("cost").await, refused("capacity").await);
     let opened_before = super::engine_overload::breaker_opened(run.gw.http).await;
     let start = Instant::now();
     let from = start + HEAD_START;
@@ -305,7 +306,7 @@ pub(super) async fn fair_flood(run: &Run) -> anyhow::Result<serde_json::Value> {
         "behaved_at_least_0_9": ratios.iter().filter(|&&r| r >= 0.9).count(),
         "lost": lost,
         "behaved_odd_answers": seen.iter().flat_map(|s| s.odd.iter()).take(ODD_KEPT).collect::<Vec<_>>(),
-        "refused": { "share": refused("share").await - share_before, "cost": refused("cost").await - cost_before, "capacity": refused("capacity").await - capacity_before },
+        "refused": { "share": refused("share").await - share_before, "reserved": refused("reserved").await - reserved_before, "cost": refused("cost").await - cost_before, "capacity": refused("capacity").await - capacity_before },
         "engine_breaker_opened": super::engine_overload::breaker_opened(run.gw.http).await - opened_before,
         "fair_backlogged_devices_max": backlogged.iter().copied().fold(0.0, f64::max),
         "ready_after": ready,

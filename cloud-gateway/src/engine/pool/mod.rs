@@ -50,7 +50,7 @@ use self::admission::{CacheSeen, Load, Offer, DEFAULT_START};
 use self::breaker::{BreakerConfig, BreakerState, CircuitBreaker, Transition};
 use self::health::{HealthConfig, HealthTracker};
 use self::pick::{choose, rendezvous_order, Candidate, PickPolicy};
-use self::share::WorkShare;
+use self::share::{Refused, WorkShare};
 use super::client::EngineClient;
 use super::{DraftCheckRequest, EngineError, EngineReply, EngineSpec, NextTokenRequest};
 use crate::dispatch::admission::{retry_after_ms, CostModel};
@@ -462,7 +462,11 @@ impl EnginePool {
         if shares {
             self.check_share(&views, device, left, now)?;
         }
-        let first = admission::decide(&views, &self.config.pick, rr, left, self.config.admit_by_cost, self.service_ms())?;
+        let first = admission::decide(&views, &self.config.pick, rr, left, self.config.admit_by_cost, self.service_ms()).inspect_err(|busy| {
+            if shares && busy.reason == BusyReason::Cost {
+                self.wait_in_line(device, busy, now);
+            }
+        })?;
         let cost = views.iter().find(|v| v.index == first).map_or(1, |v| v.offer.cost);
         let load_id = workers[first].load().reserve_for(Some(request.session.clone()), cost, now);
         let share = shares.then(|| {
@@ -482,11 +486,25 @@ impl EnginePool {
         let Some(first) = open.first() else { return Ok(()) };
         let budget = open.iter().map(|v| v.offer.budget_tokens(left)).fold(0usize, usize::saturating_add);
         let refused = self.share.lock().unwrap_or_else(|p| p.into_inner()).admit(device, first.offer.cost, budget, now);
-        refused.map_err(|over| {
+        let model = first.offer.model;
+        refused.map_err(|refused| match refused {
             // Back once its own work in flight has gone through.
-            let model = first.offer.model;
-            Busy { retry_after_ms: retry_after_ms(model.batch_ms + over.held as f64 * model.token_ms).max(self.service_ms()), reason: BusyReason::Share }
+            Refused::Over(over) => Busy { retry_after_ms: retry_after_ms(model.batch_ms + over.held as f64 * model.token_ms).max(self.service_ms()), reason: BusyReason::Share },
+            // Back once those ahead of it in line could have run.
+            Refused::Reserved { tokens } => {
+                let busy = Busy { retry_after_ms: retry_after_ms(model.batch_ms + tokens as f64 * model.token_ms).max(self.service_ms()), reason: BusyReason::Reserved };
+                self.wait_in_line(device, &busy, now);
+                busy
+            }
         })
+    }
+
+    /// `device` was refused `busy` at `now` while within its share: it waits in line for the
+    /// room its retry needs ([`share`]).
+    fn wait_in_line(&self, device: &str, busy: &Busy, now: Instant) {
+        let mut share = self.share.lock().unwrap_or_else(|p| p.into_inner());
+        share.wait(device, now + Duration::from_millis(u64::from(busy.retry_after_ms)), now);
+        metrics::gauge!("duet_gateway_fair_waiting_devices").set(share.waiting_devices() as f64);
     }
 
     /// Note that a request of `session` goes to the worker labelled `label`: until its answer

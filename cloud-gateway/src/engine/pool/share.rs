@@ -25,12 +25,28 @@
 //! held their last asks against a newcomer for the whole window, and a lone device on an idle
 //! engine was refused for its share of a budget nobody else was using.
 //!
+//! Max-min shares alone did not let a light device in while a flood held the engine: the
+//! flood always has work in flight, the light device's escalation (a whole context's prefill
+//! after a refusal) fits a deadline only when the queue has drained, and whoever retried first
+//! at that moment (the flood's many sessions, every 100 ms) took the room. The pool has no
+//! queue to order, so the order is kept as **tickets**: a device refused for cost or behind
+//! others' tickets while within its share waits ([`WorkShare::wait`], stamped with when it
+//! started waiting), and what every waiting device last asked is reserved, in ticket order,
+//! from everyone who started waiting later or does not wait: they are admitted only into the
+//! budget those reservations leave. The queue drains, the oldest waiting device's next retry
+//! fits, and its admission hands the reservation on. A ticket lapses when its device does not
+//! come back within the time it was told to wait (plus [`TICKET_GRACE`]), and one held longer
+//! than `max_wait` goes to the back of the line, so a device that never fits (a prefill too
+//! long for any deadline) does not hold the others back for good.
+//!
 //! Rules ([`WorkShare::admit`]):
-//! - a device with nothing in flight is never refused for its share (one escalation at a time
-//!   is the least any device may have; the cost rule still applies to it);
-//! - below half the budget taken (with the escalation) no device is refused: work-conserving;
-//! - otherwise a device whose tokens in flight with this escalation's would pass its fair share
-//!   is refused `Busy` (reason `share`), before the cost rule refuses whoever comes next.
+//! - a device whose tokens in flight with this escalation's would pass its fair share is
+//!   refused `Busy` (reason `share`) once half the budget is taken, and gives up its ticket;
+//! - a device that would take what devices waiting longer have reserved is refused (reason
+//!   `reserved`) and waits its turn;
+//! - otherwise a device with nothing in flight is never refused here (one escalation at a time
+//!   is the least any device may have; the cost rule still applies to it), and below half the
+//!   budget taken (with the escalation and the reservations) no device is: work-conserving.
 //!
 //! Bounded: at most `max_devices` devices (more only while more have requests in flight, which
 //! the pool's places bound), idle ones least recently seen forgotten first; an idle device past its `window` is forgotten
@@ -46,6 +62,23 @@ use std::time::{Duration, Instant};
 /// holding its ask back from the others after this.
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(30);
 
+/// How long past the wait it was told a waiting device's ticket still holds its place: a
+/// device retries after a jittered hint and a hard token of its own, not to the millisecond.
+pub const TICKET_GRACE: Duration = Duration::from_secs(1);
+
+/// How long a device may hold the head of the line before it goes to the back (see the
+/// module docs): a few deadlines of a CPU engine.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(10);
+
+/// A device's place in the line of those waiting (see the module docs).
+#[derive(Debug, Clone, Copy)]
+struct Ticket {
+    /// When it started waiting: the line's order.
+    since: Instant,
+    /// When its place lapses unless it comes back.
+    until: Instant,
+}
+
 /// One device's work.
 #[derive(Debug, Clone, Copy)]
 struct Device {
@@ -57,6 +90,8 @@ struct Device {
     asked: usize,
     /// Its last escalation or its last request's end.
     seen: Instant,
+    /// Its place in the line while it waits to be admitted.
+    ticket: Option<Ticket>,
 }
 
 /// A refusal for the device's share: what it holds and what its share is, in tokens.
@@ -68,37 +103,98 @@ pub struct OverShare {
     pub share: usize,
 }
 
+/// Why [`WorkShare::admit`] refused an escalation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The device is over its fair share: others' work first.
+    Over(OverShare),
+    /// Devices that have waited longer reserve what is left: `tokens` of them, ahead of it.
+    Reserved {
+        /// Tokens reserved for devices ahead of it in the line.
+        tokens: usize,
+    },
+}
+
 /// The devices' work in flight on the pool (see the module docs).
 #[derive(Debug)]
 pub struct WorkShare {
     devices: HashMap<Arc<str>, Device>,
     max_devices: usize,
     window: Duration,
+    max_wait: Duration,
 }
 
 impl WorkShare {
     /// Shares between devices active within `window`, remembering at most `max_devices` (at
-    /// least 1) besides those in flight.
+    /// least 1) besides those in flight; a device holds the head of the line at most
+    /// [`DEFAULT_MAX_WAIT`].
     pub fn new(max_devices: usize, window: Duration) -> Self {
-        Self { devices: HashMap::new(), max_devices: max_devices.max(1), window }
+        Self { devices: HashMap::new(), max_devices: max_devices.max(1), window, max_wait: DEFAULT_MAX_WAIT }
     }
 
     /// Whether `device` may put an escalation of `cost` tokens in flight on a pool whose budget
-    /// is `budget` tokens, at `now`; its ask is remembered either way.
-    pub fn admit(&mut self, device: &Arc<str>, cost: usize, budget: usize, now: Instant) -> Result<(), OverShare> {
+    /// is `budget` tokens, at `now`; its ask is remembered either way. Refused for what others
+    /// reserve, it should [`WorkShare::wait`].
+    pub fn admit(&mut self, device: &Arc<str>, cost: usize, budget: usize, now: Instant) -> Result<(), Refused> {
         self.forget_idle(now);
-        let d = self.devices.entry(device.clone()).or_insert(Device { in_flight: 0, requests: 0, asked: cost, seen: now });
+        let d = self.devices.entry(device.clone()).or_insert(Device { in_flight: 0, requests: 0, asked: cost, seen: now, ticket: None });
         d.asked = cost;
         d.seen = now;
         let mine = *d;
         self.evict(device);
-        if mine.requests == 0 {
-            return Ok(());
-        }
+        let reserved = self.reserved_ahead_of(device, mine.ticket, budget);
         let total: usize = self.devices.values().map(|d| d.in_flight).sum();
-        if total.saturating_add(cost).saturating_mul(2) <= budget {
+        let taken = total.saturating_add(reserved).saturating_add(cost);
+        if (mine.requests == 0 && reserved == 0) || taken.saturating_mul(2) <= budget {
             return Ok(());
         }
+        let share = self.fair_share(device, cost, budget);
+        let held = mine.in_flight;
+        if mine.requests > 0 && held.saturating_add(cost) > share {
+            if let Some(d) = self.devices.get_mut(device) {
+                d.ticket = None; // over its share, it waits for nobody's room
+            }
+            return Err(Refused::Over(OverShare { held, share }));
+        }
+        match reserved > 0 && taken > budget {
+            true => Err(Refused::Reserved { tokens: reserved }),
+            false => Ok(()),
+        }
+    }
+
+    /// `device`, within its share, was refused at `now` (for cost, or for what others
+    /// reserve) and told to come back by `until`: it takes a place in the line, or keeps its
+    /// own (see the module docs).
+    pub fn wait(&mut self, device: &str, until: Instant, now: Instant) {
+        let max_wait = self.max_wait;
+        if let Some(d) = self.devices.get_mut(device) {
+            let until = until + TICKET_GRACE;
+            d.ticket = Some(match d.ticket {
+                Some(t) if now.saturating_duration_since(t.since) <= max_wait => Ticket { since: t.since, until: until.max(t.until) },
+                _ => Ticket { since: now, until }, // new, or held the line too long: to the back
+            });
+        }
+    }
+
+    /// Devices waiting in line.
+    pub fn waiting_devices(&self) -> usize {
+        self.devices.values().filter(|d| d.ticket.is_some()).count()
+    }
+
+    /// What devices waiting longer than `device` (all waiting devices, if it has no `ticket`)
+    /// last asked, each at most the budget.
+    fn reserved_ahead_of(&self, device: &Arc<str>, ticket: Option<Ticket>, budget: usize) -> usize {
+        self.devices
+            .iter()
+            .filter(|(k, _)| *k != device)
+            .filter_map(|(_, d)| d.ticket.map(|t| (t, d.asked)))
+            .filter(|(t, _)| ticket.is_none_or(|mine| t.since < mine.since))
+            .map(|(_, asked)| asked.min(budget))
+            .fold(0, usize::saturating_add)
+    }
+
+    /// `device`'s max-min fair share of `budget`, its demand being what it holds and `cost`.
+    fn fair_share(&self, device: &Arc<str>, cost: usize, budget: usize) -> usize {
         let mut me = 0;
         let demands: Vec<usize> = self
             .devices
@@ -112,21 +208,18 @@ impl WorkShare {
                 false => d.in_flight.max(d.asked),
             })
             .collect();
-        let share = water_fill(&demands, budget)[me];
-        let held = mine.in_flight;
-        match held.saturating_add(cost) > share {
-            true => Err(OverShare { held, share }),
-            false => Ok(()),
-        }
+        water_fill(&demands, budget)[me]
     }
 
     /// `device`'s escalation of `cost` tokens was admitted at `now`: in flight until
     /// [`WorkShare::end`].
+    /// Its place in the line, if it had one, goes to whoever waited next.
     pub fn start(&mut self, device: &Arc<str>, cost: usize, now: Instant) {
-        let d = self.devices.entry(device.clone()).or_insert(Device { in_flight: 0, requests: 0, asked: cost, seen: now });
+        let d = self.devices.entry(device.clone()).or_insert(Device { in_flight: 0, requests: 0, asked: cost, seen: now, ticket: None });
         d.in_flight = d.in_flight.saturating_add(cost);
         d.requests += 1;
         d.seen = now;
+        d.ticket = None;
     }
 
     /// `device`'s request of `cost` tokens ended at `now`, however it ended.
@@ -138,11 +231,12 @@ impl WorkShare {
         }
     }
 
-    /// One of `device`'s sessions ended: what it last asked counts no longer (see the module
-    /// docs); a device with nothing in flight is forgotten.
+    /// One of `device`'s sessions ended: what it last asked counts no longer and it leaves the
+    /// line (see the module docs); a device with nothing in flight is forgotten.
     pub fn leave(&mut self, device: &str) {
         if let Some(d) = self.devices.get_mut(device) {
             d.asked = 0;
+            d.ticket = None;
             if d.requests == 0 {
                 self.devices.remove(device);
             }
@@ -164,10 +258,15 @@ impl WorkShare {
         self.devices.is_empty()
     }
 
-    /// Forget idle devices not seen within the window.
+    /// Forget idle devices not seen within the window, and places in line that lapsed.
     fn forget_idle(&mut self, now: Instant) {
         let window = self.window;
         self.devices.retain(|_, d| d.requests > 0 || now.saturating_duration_since(d.seen) <= window);
+        for d in self.devices.values_mut() {
+            if d.ticket.is_some_and(|t| now > t.until) {
+                d.ticket = None;
+            }
+        }
     }
 
     /// Forget idle devices, least recently seen first, until at most `max_devices` remain
@@ -236,7 +335,7 @@ mod tests {
             held += 20;
         }
         assert_eq!(held, 280, "400 less twenty asks of 6");
-        assert_eq!(share.admit(&flood, 20, 400, t0 + 200 * MS), Err(OverShare { held: 280, share: 280 }));
+        assert_eq!(share.admit(&flood, 20, 400, t0 + 200 * MS), Err(Refused::Over(OverShare { held: 280, share: 280 })));
         // A light device coming back is never refused for its share.
         assert_eq!(share.admit(&id("light-3"), 6, 400, t0 + 300 * MS), Ok(()));
     }
@@ -295,7 +394,7 @@ mod tests {
         share.leave(&a);
         assert_eq!(share.in_flight_devices(), 1);
         share.start(&b, 20, t0);
-        assert_eq!(share.admit(&b, 200, 400, t0), Err(OverShare { held: 20, share: 200 }), "a's 300 tokens still run");
+        assert_eq!(share.admit(&b, 200, 400, t0), Err(Refused::Over(OverShare { held: 20, share: 200 })), "a's 300 tokens still run");
         share.end("a", 300, t0 + MS);
         assert_eq!(share.admit(&b, 200, 400, t0 + MS), Ok(()), "a ran out and asks nothing more");
     }
@@ -345,5 +444,82 @@ mod tests {
         share.end("busy", 5, t0);
         share.admit(&id("late"), 1, 100, t0 + DEFAULT_WINDOW * 2).unwrap();
         assert_eq!(share.len(), 1, "past the window, every idle device is forgotten");
+    }
+
+    #[test]
+    fn a_light_device_refused_for_cost_keeps_its_room_from_a_flood_that_retries_more_often() {
+        let t0 = Instant::now();
+        let mut share = WorkShare::new(64, DEFAULT_WINDOW);
+        let (flood, light) = (id("flood"), id("light"));
+        share.start(&flood, 90, t0);
+        assert_eq!(share.admit(&light, 60, 100, t0), Ok(()), "nothing in flight: for the cost rule to judge");
+        share.wait(&light, t0 + 500 * MS, t0); // the cost rule refused it: 90 tokens ahead
+        share.end(&flood, 90, t0 + 100 * MS);
+        // The engine drained and the flood, retrying every few ms, is there first.
+        assert_eq!(share.admit(&flood, 64, 100, t0 + 110 * MS), Err(Refused::Reserved { tokens: 60 }), "not with nothing in flight either");
+        assert_eq!(share.admit(&flood, 16, 100, t0 + 120 * MS), Ok(()), "what fits beside the light device's 60 is the flood's");
+        share.start(&flood, 16, t0 + 120 * MS);
+        assert_eq!(share.admit(&light, 60, 100, t0 + 400 * MS), Ok(()), "its retry finds its room");
+        share.start(&light, 60, t0 + 400 * MS);
+        assert_eq!(share.waiting_devices(), 0, "admitted, it leaves the line");
+    }
+
+    #[test]
+    fn devices_waiting_are_admitted_in_the_order_they_started_waiting() {
+        let t0 = Instant::now();
+        let mut share = WorkShare::new(64, DEFAULT_WINDOW);
+        let (flood, a, b) = (id("flood"), id("a"), id("b"));
+        share.start(&flood, 80, t0);
+        share.admit(&a, 50, 100, t0).unwrap();
+        share.wait(&a, t0 + 500 * MS, t0);
+        assert_eq!(share.admit(&b, 60, 100, t0 + 10 * MS), Err(Refused::Reserved { tokens: 50 }), "a waited first");
+        share.wait(&b, t0 + 500 * MS, t0 + 10 * MS);
+        share.end(&flood, 80, t0 + 100 * MS);
+        assert_eq!(share.admit(&b, 60, 100, t0 + 200 * MS), Err(Refused::Reserved { tokens: 50 }), "the engine drained, a's turn first");
+        assert_eq!(share.admit(&flood, 20, 100, t0 + 200 * MS), Err(Refused::Reserved { tokens: 110 }), "behind both");
+        assert_eq!(share.admit(&a, 50, 100, t0 + 300 * MS), Ok(()));
+        share.start(&a, 50, t0 + 300 * MS);
+        assert_eq!(share.admit(&b, 60, 100, t0 + 350 * MS), Ok(()), "first in line now");
+    }
+
+    #[test]
+    fn a_place_in_line_lapses_when_its_device_does_not_come_back() {
+        let t0 = Instant::now();
+        let mut share = WorkShare::new(64, DEFAULT_WINDOW);
+        let (flood, gone) = (id("flood"), id("gone"));
+        share.start(&id("other"), 90, t0);
+        share.admit(&gone, 50, 100, t0).unwrap();
+        share.wait(&gone, t0 + 500 * MS, t0);
+        assert!(share.admit(&flood, 20, 100, t0 + 1_000 * MS).is_err(), "told 0.5 s, held with the grace");
+        let lapsed = t0 + 500 * MS + TICKET_GRACE + MS;
+        assert_eq!(share.admit(&flood, 20, 100, lapsed), Ok(()), "it did not come back: its room is free again");
+        assert_eq!(share.waiting_devices(), 0);
+    }
+
+    #[test]
+    fn a_device_that_held_the_head_of_the_line_too_long_goes_to_the_back() {
+        let t0 = Instant::now();
+        let mut share = WorkShare::new(64, DEFAULT_WINDOW);
+        let (never_fits, next) = (id("never-fits"), id("next"));
+        share.start(&id("flood"), 90, t0);
+        share.admit(&never_fits, 80, 100, t0).unwrap();
+        share.wait(&never_fits, t0 + 500 * MS, t0);
+        share.admit(&next, 30, 100, t0 + MS).unwrap_err();
+        share.wait(&next, t0 + 500 * MS, t0 + MS);
+        // Refused for cost again and again, never-fits keeps its place, its ticket renewed ...
+        let mut t = t0;
+        while t < t0 + DEFAULT_MAX_WAIT {
+            t += 400 * MS;
+            share.admit(&never_fits, 80, 100, t).unwrap();
+            share.wait(&never_fits, t + 300 * MS, t);
+            share.admit(&next, 30, 100, t).unwrap_err();
+            share.wait(&next, t + 300 * MS, t);
+        }
+        // ... until it has held the head of the line longer than the most any device may.
+        assert!(matches!(share.admit(&next, 30, 100, t + MS), Err(Refused::Reserved { .. })), "still behind it");
+        t += 400 * MS;
+        share.admit(&never_fits, 80, 100, t).unwrap();
+        share.wait(&never_fits, t + 300 * MS, t);
+        assert_eq!(share.admit(&next, 30, 100, t + MS), Ok(()), "never-fits went to the back");
     }
 }
