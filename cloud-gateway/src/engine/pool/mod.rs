@@ -19,7 +19,8 @@
 //!   worker whose queue lets it be answered before its deadline, and hears `Busy` at once when
 //!   none does ([`EnginePool::admit`], before any request is sent).
 //! - **Fair shares** ([`share`]): once half the tokens the workers can run before a deadline
-//!   are in flight, a device over its max-min fair share of them is refused first.
+//!   are in flight, a device over its max-min fair share of them is refused first; devices
+//!   refused for cost wait in a line whose asks are reserved from later comers.
 //! - **Membership**: workers join (verified first) and leave (drained: no new picks, requests
 //!   in flight finish) while the pool serves, as discovered engines' names resolve to other
 //!   addresses ([`membership`], [`crate::engine::discovery`]). The set is replaced as a whole,
