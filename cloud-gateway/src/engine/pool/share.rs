@@ -31,9 +31,9 @@
 //! at that moment (the flood's many sessions, every 100 ms) took the room. The pool has no
 //! queue to order, so the order is kept as **tickets**: a device refused for cost or behind
 //! others' tickets while within its share waits ([`WorkShare::wait`], stamped with when it
-//! started waiting), and what every waiting device last asked is reserved, in ticket order,
-//! from everyone who started waiting later or does not wait: they are admitted only into the
-//! budget those reservations leave. The queue drains, the oldest waiting device's next retry
+//! started waiting), and what the devices at the head of the line last asked (as many as fit
+//! in half the budget, at least the first) is reserved from everyone who started waiting
+//! later or does not wait: they are admitted only into the budget those reservations leave. The queue drains, the oldest waiting device's next retry
 //! fits, and its admission hands the reservation on. A ticket lapses when its device does not
 //! come back within the time it was told to wait (plus [`TICKET_GRACE`]), and one held longer
 //! than `max_wait` goes to the back of the line, so a device that never fits (a prefill too
@@ -181,16 +181,27 @@ impl WorkShare {
         self.devices.values().filter(|d| d.ticket.is_some()).count()
     }
 
-    /// What devices waiting longer than `device` (all waiting devices, if it has no `ticket`)
-    /// last asked, each at most the budget.
+    /// What the devices at the head of the line, ahead of `device` (of every waiting device, if
+    /// it has no `ticket`), last asked: in ticket order, as many as fit in half the budget (at
+    /// least the first). Reserving for the whole line left the engine idle while its head slept
+    /// out its retry hint; half the budget stays for whoever comes.
     fn reserved_ahead_of(&self, device: &Arc<str>, ticket: Option<Ticket>, budget: usize) -> usize {
-        self.devices
+        let mut ahead: Vec<(Instant, usize)> = self
+            .devices
             .iter()
             .filter(|(k, _)| *k != device)
-            .filter_map(|(_, d)| d.ticket.map(|t| (t, d.asked)))
-            .filter(|(t, _)| ticket.is_none_or(|mine| t.since < mine.since))
-            .map(|(_, asked)| asked.min(budget))
-            .fold(0, usize::saturating_add)
+            .filter_map(|(_, d)| d.ticket.map(|t| (t.since, d.asked.min(budget))))
+            .filter(|(since, _)| ticket.is_none_or(|mine| *since < mine.since))
+            .collect();
+        ahead.sort_unstable_by_key(|&(since, _)| since);
+        let mut reserved = 0usize;
+        for (i, (_, asked)) in ahead.into_iter().enumerate() {
+            if i > 0 && reserved.saturating_add(asked).saturating_mul(2) > budget {
+                break;
+            }
+            reserved = reserved.saturating_add(asked);
+        }
+        reserved
     }
 
     /// `device`'s max-min fair share of `budget`, its demand being what it holds and `cost`.
@@ -476,10 +487,29 @@ mod tests {
         share.wait(&b, t0 + 500 * MS, t0 + 10 * MS);
         share.end(&flood, 80, t0 + 100 * MS);
         assert_eq!(share.admit(&b, 60, 100, t0 + 200 * MS), Err(Refused::Reserved { tokens: 50 }), "the engine drained, a's turn first");
-        assert_eq!(share.admit(&flood, 20, 100, t0 + 200 * MS), Err(Refused::Reserved { tokens: 110 }), "behind both");
+        assert_eq!(share.admit(&flood, 64, 100, t0 + 200 * MS), Err(Refused::Reserved { tokens: 50 }), "behind the head of the line");
         assert_eq!(share.admit(&a, 50, 100, t0 + 300 * MS), Ok(()));
         share.start(&a, 50, t0 + 300 * MS);
         assert_eq!(share.admit(&b, 60, 100, t0 + 350 * MS), Ok(()), "first in line now");
+    }
+
+    #[test]
+    fn the_line_reserves_for_its_head_and_at_most_half_the_budget_so_the_engine_is_not_left_idle() {
+        let t0 = Instant::now();
+        let mut share = WorkShare::new(64, DEFAULT_WINDOW);
+        share.start(&id("flood"), 100, t0);
+        for i in 0..20 {
+            let d = id(&format!("light-{i}"));
+            let _ = share.admit(&d, 30, 100, t0 + i * MS); // the first passes here, the cost rule refuses it
+            share.wait(&d, t0 + 2_000 * MS, t0 + i * MS);
+        }
+        share.end(&id("flood"), 100, t0 + 100 * MS);
+        // Twenty wait, 600 tokens asked; the line holds back the first one's 30 (two would pass half).
+        let newcomer = id("newcomer");
+        assert_eq!(share.admit(&newcomer, 70, 100, t0 + 200 * MS), Ok(()), "the rest of the budget is for whoever comes");
+        share.start(&newcomer, 70, t0 + 200 * MS);
+        assert_eq!(share.admit(&id("light-5"), 30, 100, t0 + 300 * MS), Err(Refused::Reserved { tokens: 30 }), "behind light-0");
+        assert_eq!(share.admit(&id("light-0"), 30, 100, t0 + 300 * MS), Ok(()), "the head's room was kept");
     }
 
     #[test]
