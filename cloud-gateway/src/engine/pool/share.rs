@@ -33,11 +33,12 @@
 //! others' tickets while within its share waits ([`WorkShare::wait`], stamped with when it
 //! started waiting), and what the devices at the head of the line last asked (as many as fit
 //! in half the budget, at least the first) is reserved from everyone who started waiting
-//! later or does not wait: they are admitted only into the budget those reservations leave. The queue drains, the oldest waiting device's next retry
-//! fits, and its admission hands the reservation on. A ticket lapses when its device does not
-//! come back within the time it was told to wait (plus [`TICKET_GRACE`]), and one held longer
-//! than `max_wait` goes to the back of the line, so a device that never fits (a prefill too
-//! long for any deadline) does not hold the others back for good.
+//! later or does not wait: they are admitted only into the budget those reservations leave.
+//! The queue drains, the oldest waiting device's next retry fits, and its admission hands the
+//! reservation on. A ticket lapses when its device does not come back within the time it was
+//! told to wait (plus [`TICKET_GRACE`]), and one held longer than [`DEFAULT_MAX_WAIT`] goes to
+//! the back of the line, so a device that never fits (a prefill too long for any deadline)
+//! does not hold the others back for good.
 //!
 //! Rules ([`WorkShare::admit`]):
 //! - a device whose tokens in flight with this escalation's would pass its fair share is
