@@ -474,6 +474,7 @@ impl EnginePool {
             let mut share = self.share.lock().unwrap_or_else(|p| p.into_inner());
             share.start(device, cost, now);
             metrics::gauge!("duet_gateway_fair_backlogged_devices").set(share.in_flight_devices() as f64);
+            metrics::gauge!("duet_gateway_fair_waiting_devices").set(share.waiting_devices() as f64);
             (self.share.clone(), device.clone(), cost)
         });
         self.sent(&request.session, &workers[first].label);

@@ -122,7 +122,6 @@ pub struct WorkShare {
     devices: HashMap<Arc<str>, Device>,
     max_devices: usize,
     window: Duration,
-    max_wait: Duration,
 }
 
 impl WorkShare {
@@ -130,7 +129,7 @@ impl WorkShare {
     /// least 1) besides those in flight; a device holds the head of the line at most
     /// [`DEFAULT_MAX_WAIT`].
     pub fn new(max_devices: usize, window: Duration) -> Self {
-        Self { devices: HashMap::new(), max_devices: max_devices.max(1), window, max_wait: DEFAULT_MAX_WAIT }
+        Self { devices: HashMap::new(), max_devices: max_devices.max(1), window }
     }
 
     /// Whether `device` may put an escalation of `cost` tokens in flight on a pool whose budget
@@ -167,11 +166,10 @@ impl WorkShare {
     /// reserve) and told to come back by `until`: it takes a place in the line, or keeps its
     /// own (see the module docs).
     pub fn wait(&mut self, device: &str, until: Instant, now: Instant) {
-        let max_wait = self.max_wait;
         if let Some(d) = self.devices.get_mut(device) {
             let until = until + TICKET_GRACE;
             d.ticket = Some(match d.ticket {
-                Some(t) if now.saturating_duration_since(t.since) <= max_wait => Ticket { since: t.since, until: until.max(t.until) },
+                Some(t) if now.saturating_duration_since(t.since) <= DEFAULT_MAX_WAIT => Ticket { since: t.since, until: until.max(t.until) },
                 _ => Ticket { since: now, until }, // new, or held the line too long: to the back
             });
         }
@@ -273,12 +271,12 @@ impl WorkShare {
     /// Forget idle devices not seen within the window, and places in line that lapsed.
     fn forget_idle(&mut self, now: Instant) {
         let window = self.window;
-        self.devices.retain(|_, d| d.requests > 0 || now.saturating_duration_since(d.seen) <= window);
-        for d in self.devices.values_mut() {
+        self.devices.retain(|_, d| {
             if d.ticket.is_some_and(|t| now > t.until) {
                 d.ticket = None;
             }
-        }
+            d.requests > 0 || now.saturating_duration_since(d.seen) <= window
+        });
     }
 
     /// Forget idle devices, least recently seen first, until at most `max_devices` remain
