@@ -23,6 +23,13 @@
 # then the ratios draft / off of tokens/s and round trips, and how many texts are identical
 # token for token between the two modes, item by item.
 #
+# Then the served check: for each task in CHECK (default `cqa`; `CHECK="cqa humaneval"`, or
+# `CHECK=` to skip), `router-lab check-served` on the draft run. It teacher-forces both models
+# over every served text, one position at a time, and counts the positions where a token the
+# LLM chose or accepted is not the LLM's choice (or another token not the SLM's): zero means
+# every served text equals the position-by-position reference. Its totals are in
+# <task>-adaptive/served-check.json, every difference in served-check-differences.jsonl.
+#
 # Every run stays in $OUT (default $DUET_HOME/bench/draft). BIN=DIR runs binaries built earlier.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -33,6 +40,7 @@ HE_ITEMS="${HE_ITEMS:-82}"
 RATE="${RATE:-0.1}"
 MAX_TOKENS="${MAX_TOKENS:-96}"
 HE_MAX_TOKENS="${HE_MAX_TOKENS:-384}"
+CHECK="${CHECK-cqa}"
 EDGE_CPU="${EDGE_CPU:-0}"        # the device's core
 GW_CPU="${GW_CPU:-1}"            # the gateway's core
 if [ "$HE_ITEMS" -gt 82 ]; then
@@ -77,6 +85,16 @@ run() {
 run cqa "$CQA_ITEMS" "$MAX_TOKENS"
 run humaneval "$HE_ITEMS" "$HE_MAX_TOKENS"
 say "done ($(uptime | sed 's/.*load/load/'))"
+kill $gw 2>/dev/null || true
+wait $gw 2>/dev/null || true
+
+# The served check, on both cores now that the gateway is gone.
+for task in $CHECK; do
+  [ -f "$out/$task-adaptive/served-tokens.jsonl" ] || continue
+  say "$task: served check against the position-by-position reference"
+  "$bin/router-lab" check-served --run "$out/$task-adaptive" --threads 2 >/dev/null 2>"$out/$task-check.log" \
+    || tail -2 "$out/$task-check.log" >&2
+done
 
 python3 - "$out" "$RATE" <<'EOF'
 import json, os, sys
@@ -117,5 +135,15 @@ for task, title in (("cqa", "CommonsenseQA"), ("humaneval", "HumanEval")):
         ratios.append(f"  {title} texts that differ: " + " ".join(differ))
 print()
 print("\n".join(ratios))
+for task, title in (("cqa", "CommonsenseQA"), ("humaneval", "HumanEval")):
+    path = f"{out}/{task}-adaptive/served-check.json"
+    if not os.path.exists(path) or os.path.getmtime(path) < os.path.getmtime(f"{out}/{task}-adaptive/served-tokens.jsonl"):
+        continue
+    t = json.load(open(path))["totals"]
+    llm, slm = t["llm"], t["slm"]
+    print(f"\nServed check, {title} (draft): {t['items_equal']} of {t['items']} texts equal the position-by-position reference "
+          f"({t['items_equal_up_to_ties']} up to near-ties); LLM-checked positions {llm['judged']}: {llm['agree']} its choice, "
+          f"{llm['near_tie']} near-ties, {llm['differ']} differ; SLM positions {slm['judged']}: {slm['agree']} its choice, "
+          f"{slm['near_tie']} near-ties, {slm['differ']} differ")
 print(f"\n(router rate {rate}; every run: {out}/<task>-<mode>/, served-stats.json and items.jsonl)")
 EOF

@@ -9,7 +9,9 @@
 //!
 //! Results go to `--out`: `items.jsonl` (one line per item, appended as items finish, so a
 //! killed run resumes where it stopped), `config.json` (a resumed run must match it), and the
-//! summaries `results.json`, `results.csv` and `pareto.svg`, rewritten as the run goes.
+//! summaries `results.json`, `results.csv` and `pareto.svg`, rewritten as the run goes. A served
+//! run also writes `served-tokens.jsonl`: each item's token ids and where each came from, what
+//! `check-served` checks against the models.
 
 use std::collections::HashSet;
 use std::io::{BufRead, Write};
@@ -36,6 +38,7 @@ use crate::eval_item::{ItemEvaluator, RunOutcome, RunSpec};
 use crate::tasks::humaneval::Harness;
 use crate::tasks::{self, Scoring, TaskItem, TaskSpec};
 use crate::eval_report::{summarise, write_reports, ItemRecord};
+use crate::served_tokens::{self, ServedTokens};
 
 /// Options of `edge-node eval-cqa`.
 #[derive(Debug, Args)]
@@ -426,6 +429,8 @@ fn run_served(args: &EvalArgs, items: &[TaskItem], harness: Option<&Harness>) ->
     let names = vec![(run_name.clone(), format!("served-{}", router.name()), args.cloud.escalation_rate.unwrap_or(f32::NAN))];
     let (mut records, mut out) = open_results(&args.out, &config)?;
     let done: HashSet<String> = records.iter().map(|r| r.id.clone()).collect();
+    let tokens_path = args.out.join(served_tokens::FILE);
+    let mut tokens_out = std::fs::OpenOptions::new().create(true).append(true).open(&tokens_path).with_context(|| format!("opening {}", tokens_path.display()))?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let mut totals = DecodeStats::default();
     let (mut total_ms, mut decode_ms) = (0.0, 0.0);
@@ -449,10 +454,11 @@ fn run_served(args: &EvalArgs, items: &[TaskItem], harness: Option<&Harness>) ->
             let mut cloud = LinkCloud::new(&link, next_session_id(), WireSampling::default(), health, !args.cloud.no_presync)
                 .with_speculation(args.cloud.speculate)
                 .with_draft(args.cloud.draft);
-            let mut ids = Vec::new();
+            let (mut ids, mut sources) = (Vec::new(), String::new());
             let params = DecodeParams { rate_control: args.cloud.rate_control.session(fresh, carried), ..params };
             let stats = decode(&mut slm, router.as_mut(), &mut cloud, &prompt, params, |e| {
                 ids.push(e.token);
+                sources.push(served_tokens::letter(e.source));
                 match tok.decode(&ids) {
                     Ok(text) if item.done(&text) => ControlFlow::Break(()),
                     _ => ControlFlow::Continue(()),
@@ -463,6 +469,7 @@ fn run_served(args: &EvalArgs, items: &[TaskItem], harness: Option<&Harness>) ->
             carried = stats.rate_control;
             totals.add_counts(&stats);
             (total_ms, decode_ms) = (total_ms + stats.total_ms, decode_ms + stats.decode_ms);
+            served_tokens::append(&mut tokens_out, &ServedTokens { id: item.id.clone(), prompt: prompt.clone(), tokens: ids.clone(), sources })?;
             let runs = outcomes(&tok, item, vec![(run_name.clone(), ids, stats.routing.escalated)], harness)?;
             let rec = ItemRecord { id: item.id.clone(), answer_key: item.answer_key(), runs };
             append(&mut out, &rec)?;

@@ -5,6 +5,7 @@
 //! The LLM is the in-process ONNX one or, with `--llm-engine`, the one an engine serves
 //! (`teacher`, `engine_llm`).
 
+mod check_served_cmd;
 mod compare_cmd;
 mod cqa;
 mod cqa_args;
@@ -14,6 +15,8 @@ mod eval_item;
 mod eval_report;
 mod labels_cmd;
 mod labels_file;
+mod served_check;
+mod served_tokens;
 mod tasks;
 mod teacher;
 mod train_cmd;
@@ -45,6 +48,9 @@ enum Command {
     /// Compare the teacher-forced choices of the in-process LLM and an engine serving the same
     /// LLM: share of positions that agree, and the log-probability margins where they differ.
     CompareTeachers(Box<compare_cmd::CompareArgs>),
+    /// Check a served run (`eval --gateway`) against the position-by-position reference: every
+    /// token the LLM chose or accepted must be its choice there, every other one the SLM's.
+    CheckServed(Box<check_served_cmd::CheckServedArgs>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -58,5 +64,6 @@ fn main() -> anyhow::Result<()> {
         Command::Train(args) => train_cmd::run(*args),
         Command::EvalCqa(args) => eval_cmd::run(*args),
         Command::CompareTeachers(args) => compare_cmd::run(*args),
+        Command::CheckServed(args) => check_served_cmd::run(*args),
     }
 }
