@@ -2,8 +2,9 @@
 # One device floods, 20 behave, on the engine path: one llama-server (built by
 # deploy/engines/llamacpp/build; GGUF $MODEL, one thread, $NP slots) and `loadtest abuse
 # --scenarios fair-flood --engine llamacpp=URL` (a cloud-gateway process relaying to it; the
-# scenario: loadtest/src/abuse/flood.rs). Each round runs the gateway with --fair-share=device
-# and then =off. Every run gets an engine of its own, started afresh: llama-server does not stop
+# scenario: loadtest/src/abuse/flood.rs). Each round runs the gateway in each of SHARES (default
+# "line device off"): `line` is --fair-share=device with its line (--fair-line=on, the default),
+# `device` the shares without the line (--fair-line=off), `off` --fair-share=off. Every run gets an engine of its own, started afresh: llama-server does not stop
 # a prefill it has started when the gateway drops the request, so a long one admitted in one run
 # kept the engine busy into the next. The scenario measures the engine's capacity first (the
 # well-behaved shape, closed loop) and has the well-behaved devices offer $BEHAVED_LOAD of it.
@@ -18,7 +19,8 @@
 # escalation's deadline (--probe-deadline-ms).
 #
 # Usage: deploy/bench/fair_flood.sh
-#   (RUNS=2 SECS=60 DEADLINE_MS=1000 NP=4 BEHAVED_LOAD=0.5 MODEL=qwen2.5-coder-0.5b-instruct)
+#   (RUNS=2 SECS=60 DEADLINE_MS=1000 NP=4 BEHAVED_LOAD=0.5 MODEL=qwen2.5-coder-0.5b-instruct
+#    SHARES="line device off")
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -29,6 +31,7 @@ NP="${NP:-4}"
 BEHAVED_LOAD="${BEHAVED_LOAD:-0.5}"
 DEADLINE_MS="${DEADLINE_MS:-1000}"
 MODEL="${MODEL:-qwen2.5-coder-0.5b-instruct}"
+SHARES="${SHARES:-line device off}"
 PORT="${PORT:-18091}"
 out="${OUT:-$(mktemp -d -t duet-fair-flood-XXXXXX)}"
 mkdir -p "$out"
@@ -44,13 +47,19 @@ say "llama-server $MODEL on 127.0.0.1:$PORT (-t 1 -np $NP, fresh for each run), 
 echo "| run | fair share | uptime (load 1/5/15 min) | capacity esc/s (tokens/s) | behaved pause s | tokens served | flood's share (its fair share) | behaved of fair share min / median | at >= 0.9 | behaved answered / Busy / expired | flood answered / Busy / expired | lost | refused share / reserved / cost / capacity | breaker opened |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for run in $(seq 1 "$RUNS"); do
-  for share in device off; do
+  for share in $SHARES; do
+    case "$share" in
+      line) flags=(--gateway-arg=--fair-share=device --gateway-arg=--fair-line=on) ;;
+      device) flags=(--gateway-arg=--fair-share=device --gateway-arg=--fair-line=off) ;;
+      off) flags=(--gateway-arg=--fair-share=off) ;;
+      *) echo "SHARES: $share is not line, device or off" >&2; exit 2 ;;
+    esac
     llama_start "$PORT" "$out/llama-server-run$run-$share.log" -m "$gguf" -np "$NP" -c $((4096 * NP)) -t 1 --metrics --log-disable
     load="$(uptime | sed 's/.*load average: //')"
     f="$out/run$run-$share.json"
     target/release/loadtest --log error abuse --scenarios fair-flood --engine "llamacpp=http://127.0.0.1:$PORT" \
       --scenario-secs "$SECS" --probe-deadline-ms "$DEADLINE_MS" --fair-behaved-load "$BEHAVED_LOAD" \
-      --gateway-arg="--fair-share=$share" --out "$f" >/dev/null 2>"$out/run$run-$share.err"
+      "${flags[@]}" --out "$f" >/dev/null 2>"$out/run$run-$share.err"
     python3 - "$f" "$run" "$share" "$load" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))["fair-flood"]

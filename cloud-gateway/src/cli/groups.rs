@@ -251,6 +251,11 @@ pub struct OverloadArgs {
     /// first and refuses a device over its share first; `off` serves oldest first.
     #[arg(long, env = "DUET_FAIR_SHARE", default_value = "device", value_parser = ["device", "off"])]
     pub fair_share: String,
+    /// With --fair-share=device, on the engine path: `on` lets a device refused for cost while
+    /// within its share wait in line, the head of the line's work kept for it; `off` refuses it
+    /// like any other. On raises each device's share under a flood and lowers the total served.
+    #[arg(long, env = "DUET_FAIR_LINE", default_value = "on", value_parser = ["on", "off"])]
+    pub fair_line: String,
 }
 
 impl OverloadArgs {
@@ -265,6 +270,7 @@ impl OverloadArgs {
             max_buffered_bytes_per_connection: self.max_buffered_bytes_per_connection,
             max_buffered_bytes: self.max_buffered_bytes,
             fair_share: self.fair_share != "off",
+            fair_line: self.fair_line != "off",
         }
     }
 }

@@ -196,6 +196,11 @@ pub struct OverloadConfig {
     /// the device served the fewest LLM tokens goes next, and a device over its share hears
     /// `Busy` first (`dispatch::fair`). Off: oldest first, every device's work weighed alike.
     pub fair_share: bool,
+    /// With `fair_share`, on the engine path: a device refused for cost while within its share
+    /// waits in line, and what the head of the line asked is kept for it (`engine::pool::share`).
+    /// It raises each device's share of what the engine serves under a flood but lowers what the
+    /// engine serves in all (a refused device's context grows uncached), so it is a choice.
+    pub fair_line: bool,
 }
 
 impl Default for OverloadConfig {
@@ -210,6 +215,7 @@ impl Default for OverloadConfig {
             max_buffered_bytes_per_connection: 1 << 20,
             max_buffered_bytes: 256 << 20,
             fair_share: true,
+            fair_line: true,
         }
     }
 }

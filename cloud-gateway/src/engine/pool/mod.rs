@@ -87,6 +87,9 @@ pub struct PoolConfig {
     /// ([`share`]); the gateway's `[overload] fair-share` sets it. Only with `admit_by_cost`:
     /// the tokens that fit a deadline are the cost model's.
     pub fair_share: bool,
+    /// With `fair_share`: a device refused for cost while within its share waits in line
+    /// ([`share`]); the gateway's `[overload] fair-line` sets it.
+    pub fair_line: bool,
     /// Refuse `Busy` at once an escalation no worker's queue lets be answered before its
     /// deadline ([`admission`]); off, only the in-flight bound refuses (`--engine-admission`).
     pub admit_by_cost: bool,
@@ -107,6 +110,7 @@ impl Default for PoolConfig {
             resolve_interval: Duration::from_secs(5),
             refused_retry: Duration::from_secs(30),
             fair_share: true,
+            fair_line: true,
             admit_by_cost: true,
         }
     }
@@ -464,7 +468,7 @@ impl EnginePool {
             self.check_share(&views, device, left, now)?;
         }
         let first = admission::decide(&views, &self.config.pick, rr, left, self.config.admit_by_cost, self.service_ms()).inspect_err(|busy| {
-            if shares && busy.reason == BusyReason::Cost {
+            if shares && self.config.fair_line && busy.reason == BusyReason::Cost {
                 self.wait_in_line(device, busy, now);
             }
         })?;
