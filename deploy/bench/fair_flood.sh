@@ -3,8 +3,8 @@
 # deploy/engines/llamacpp/build; GGUF $MODEL, one thread, $NP slots) and `loadtest abuse
 # --scenarios fair-flood --engine llamacpp=URL` (a cloud-gateway process relaying to it; the
 # scenario: loadtest/src/abuse/flood.rs). Each round runs the gateway in each of SHARES (default
-# "line device off"): `line` is --fair-share=device with its line (--fair-line=on, the default),
-# `device` the shares without the line (--fair-line=off), `off` --fair-share=off. Every run gets an engine of its own, started afresh: llama-server does not stop
+# "line device off"): `line` is --fair-share=device with its line (--fair-line=on), `device` the
+# shares without the line (--fair-line=off, the gateway's default), `off` --fair-share=off. Every run gets an engine of its own, started afresh: llama-server does not stop
 # a prefill it has started when the gateway drops the request, so a long one admitted in one run
 # kept the engine busy into the next. The scenario measures the engine's capacity first (the
 # well-behaved shape, closed loop) and has the well-behaved devices offer $BEHAVED_LOAD of it.

@@ -253,8 +253,8 @@ pub struct OverloadArgs {
     pub fair_share: String,
     /// With --fair-share=device, on the engine path: `on` lets a device refused for cost while
     /// within its share wait in line, the head of the line's work kept for it; `off` refuses it
-    /// like any other. On raises each device's share under a flood and lowers the total served.
-    #[arg(long, env = "DUET_FAIR_LINE", default_value = "on", value_parser = ["on", "off"])]
+    /// like any other (the default: the line lowers what the engine serves in all).
+    #[arg(long, env = "DUET_FAIR_LINE", default_value = "off", value_parser = ["on", "off"])]
     pub fair_line: String,
 }
 

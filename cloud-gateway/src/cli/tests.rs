@@ -71,11 +71,12 @@ fn overload_flags_map_onto_the_configuration() {
         "--max-buffered-bytes-per-connection=200000",
         "--max-buffered-bytes=9000000",
         "--fair-share=off",
-        "--fair-line=off",
+        "--fair-line=on",
     ]);
     let o = args.gateway_config().unwrap().overload;
-    assert!(!o.fair_share && !o.fair_line);
-    assert!(GatewayConfig::default().overload.fair_share, "devices share fairly by default");
+    assert!(!o.fair_share && o.fair_line);
+    let d = GatewayConfig::default().overload;
+    assert!(d.fair_share && !d.fair_line, "devices share fairly by default, without the engine path's line");
     assert_eq!((o.max_batch_tokens, o.max_sessions, o.max_connections_per_source), (64, 1000, 8));
     assert_eq!((o.ready_saturated_after, o.ready_stalled_after, o.stream_read_timeout), (Duration::from_millis(1500), Duration::from_secs(9), Duration::from_millis(2500)));
     assert_eq!((o.max_buffered_bytes_per_connection, o.max_buffered_bytes), (200_000, 9_000_000));

@@ -110,7 +110,7 @@ impl Default for PoolConfig {
             resolve_interval: Duration::from_secs(5),
             refused_retry: Duration::from_secs(30),
             fair_share: true,
-            fair_line: true,
+            fair_line: false,
             admit_by_cost: true,
         }
     }
