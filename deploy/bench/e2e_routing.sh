@@ -20,10 +20,10 @@ prompt="Write a Python function that checks whether a string is a palindrome, wi
 echo "| tau | escalated % | cloud tokens | fallbacks | tokens/s | vs local | token p50 / p99 ms | first / later escalation bytes |"
 echo "|---|---|---|---|---|---|---|---|"
 base=""
-router_file="$DUET_HOME/router/qwen2.5-coder-0.5b-instruct.router.safetensors"
 for tau in $taus; do
   case "$tau" in
-    rate:*) policy=(--router "$router_file" --escalation-rate "${tau#rate:}") ;;
+    # The shipped router (`--router default`: the file deploy/models/prepare installs).
+    rate:*) policy=(--router default --escalation-rate "${tau#rate:}") ;;
     *) policy=(--tau "$tau") ;;
   esac
   json="$(./target/release/edge-node generate --chat --prompt "$prompt" --max-new-tokens "$n" --gateway "127.0.0.1:$port" "${policy[@]}" --json)"
