@@ -30,10 +30,11 @@ pub struct BenchArgs {
     /// Repetitions (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
-    /// Also time a trained router file's scoring (features + MLP), the per-token work it adds
-    /// to an SLM step, and report it as a share of the step at the smallest context.
+    /// Also time a trained router's scoring (features + MLP), the per-token work it adds to an
+    /// SLM step, and report it as a share of the step at the smallest context: `default` (the
+    /// router shipped for this SLM) or a router file, as `generate --router` takes.
     #[arg(long, env = "DUET_ROUTER")]
-    pub router: Option<std::path::PathBuf>,
+    pub router: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -71,9 +72,10 @@ struct Report {
 }
 
 /// Median microseconds of router scoring on real SLM outputs.
-fn time_router(path: &std::path::Path, lm: &mut CausalLm, tok: &model_runtime::tokenizer::Tokenizer, cache: &mut KvCache, step_ms: f64) -> anyhow::Result<RouterCost> {
-    let m = lm.manifest().clone();
-    let mut router = edge_node::router::MlpRouter::load(path, &m.id, tok.fingerprint(), m.hidden_size)?;
+fn time_router(which: &str, lm: &mut CausalLm, tok: &model_runtime::tokenizer::Tokenizer, cache: &mut KvCache, step_ms: f64) -> anyhow::Result<RouterCost> {
+    let (model, name) = edge_node::args::trained_router(which, lm.manifest(), tok.fingerprint())?
+        .ok_or_else(|| anyhow::anyhow!("--router {which}: no trained router to time for {}", lm.manifest().id))?;
+    let mut router = edge_node::router::MlpRouter::from_model(model);
     cache.clear();
     let out = lm.forward(cache, &filler(tok, 64)?)?;
     let dist = common::sampling::distribution_stats(&out.logits)?;
@@ -97,7 +99,7 @@ fn time_router(path: &std::path::Path, lm: &mut CausalLm, tok: &model_runtime::t
     }
     std::hint::black_box(sink);
     let with = median(with_stats);
-    Ok(RouterCost { file: path.display().to_string(), score_us: median(plain), score_with_stats_us: with, share_of_step: with / 1e3 / step_ms })
+    Ok(RouterCost { file: name, score_us: median(plain), score_with_stats_us: with, share_of_step: with / 1e3 / step_ms })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
