@@ -1,25 +1,63 @@
 #!/usr/bin/env bash
 # Edge decode benchmark: `edge-node bench` vs onnxruntime-genai on the same ONNX files, in one run.
 # Usage: deploy/bench/slm_decode.sh [MODEL_ID] [THREADS]   (defaults: the 0.5B SLM, 2 threads)
+#   ROUNDS=3       rounds; each runs every runner once as a fresh process (median of 3 inside),
+#                  the order reversed every other round, so a host that drifts in speed over
+#                  minutes (a shared VM does) weighs on every runner alike
+#   KEEP=DIR       keep every round's JSON report in DIR (default: a temporary folder, removed)
+# The table gives each figure's median over the rounds and the ratio's spread (min-max of the
+# per-round ratios against genai).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 export DUET_HOME="${DUET_HOME:-$HOME/.cache/duet}"
 model="${1:-qwen2.5-coder-0.5b-instruct}"
 threads="${2:-2}"
+rounds="${ROUNDS:-3}"
 cd "$root"
 cargo build --release -q -p edge-node
-ours="$(./target/release/edge-node bench --model "$model" --threads "$threads")"
-base="$("$DUET_HOME/venv/bin/python" deploy/bench/genai_baseline.py "$DUET_HOME/models/$model" --threads "$threads")"
-python3 - "$ours" "$base" <<'PY'
-import json, sys
-o, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-print(f"model {o['model']} ({o['precision']}), {o['threads']} threads; baseline: {b['runner']}")
-print("| figure | duet edge-node | onnxruntime-genai | ratio (duet/genai) |")
-print("|---|---|---|---|")
-print(f"| prefill {o['prefill_tokens']} tokens (ms) | {o['prefill_ms']:.0f} | {b['prefill_ms']:.0f} | {o['prefill_ms']/b['prefill_ms']:.2f} |")
-for do, db in zip(o["decode"], b["decode"]):
-    print(f"| decode tokens/s at context {do['context']} | {do['tokens_per_s']:.1f} | {db['tokens_per_s']:.1f} | {do['tokens_per_s']/db['tokens_per_s']:.2f} |")
-print(f"| ms/token ctx {o['decode'][-1]['context']} / ctx {o['decode'][0]['context']} | {o['context_growth_ratio']:.2f} | {b['context_growth_ratio']:.2f} | |")
-print(f"| peak RSS (MiB) | {o['peak_rss_mib']:.0f} | {b['peak_rss_mib']:.0f} | {o['peak_rss_mib']/b['peak_rss_mib']:.2f} |")
-print(f"| decode vs the seed's 4 tokens/s (M1) | {o['decode'][0]['tokens_per_s']/4:.1f}x | | |")
+if [[ -n "${KEEP:-}" ]]; then out="$KEEP"; mkdir -p "$out"; else out="$(mktemp -d)"; trap 'rm -rf "$out"' EXIT; fi
+
+runners=(duet genai)
+run_one() {
+  case "$1" in
+    duet) ./target/release/edge-node bench --model "$model" --threads "$threads" ;;
+    genai) "$DUET_HOME/venv/bin/python" deploy/bench/genai_baseline.py "$DUET_HOME/models/$model" --threads "$threads" ;;
+  esac
+}
+for r in $(seq "$rounds"); do
+  order=("${runners[@]}")
+  if (( r % 2 == 0 )); then order=(); for ((i=${#runners[@]}-1; i>=0; i--)); do order+=("${runners[i]}"); done; fi
+  for name in "${order[@]}"; do
+    run_one "$name" > "$out/$name.$r.json"
+  done
+  echo "round $r of $rounds done ($(cut -d' ' -f1-3 /proc/loadavg))" >&2
+done
+
+python3 - "$out" "$rounds" "${runners[@]}" <<'PY'
+import json, statistics, sys
+out, rounds, runners = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+runs = {n: [json.load(open(f"{out}/{n}.{r}.json")) for r in range(1, rounds + 1)] for n in runners}
+med = statistics.median
+def figures(rep):
+    f = {f"prefill {rep['prefill_tokens']} tokens (ms)": rep["prefill_ms"]}
+    for d in rep["decode"]:
+        f[f"decode tokens/s at context {d['context']}"] = d["tokens_per_s"]
+    return f
+names = list(figures(runs["duet"][0]))
+o, b = runs["duet"][0], runs["genai"][0]
+print(f"model {o['model']} ({o['precision']}), {o['threads']} threads, {rounds} rounds; baseline: {b['runner']}")
+ours = [n for n in runners if n != "genai"]
+print("| figure | " + " | ".join(f"{n} (median)" for n in ours) + " | genai (median) | " + " | ".join(f"{n}/genai median (min-max)" for n in ours) + " |")
+print("|---|" + "---|" * (2 * len(ours) + 1))
+for fig in names:
+    cols = [f"{med(figures(r)[fig] for r in runs[n]):.1f}" for n in ours + ["genai"]]
+    ratios = []
+    for n in ours:
+        # Prefill is a time (lower is better): its ratio is genai's time over ours, so above 1 is duet faster everywhere.
+        per = [(figures(g)[fig] / figures(d)[fig]) if fig.startswith("prefill") else (figures(d)[fig] / figures(g)[fig])
+               for d, g in zip(runs[n], runs["genai"])]
+        ratios.append(f"{med(per):.2f} ({min(per):.2f}-{max(per):.2f})")
+    print(f"| {fig} | " + " | ".join(cols) + " | " + " | ".join(ratios) + " |")
+print(f"| peak RSS (MiB) | " + " | ".join(f"{med(r['peak_rss_mib'] for r in runs[n]):.0f}" for n in ours + ["genai"]) + " | " + " | ".join("" for _ in ours) + " |")
+print("ratios: above 1.00 means duet is faster (prefill: genai's time over duet's)")
 PY

@@ -38,6 +38,35 @@ fn incremental_decode_matches_one_prefill() {
 }
 
 #[test]
+fn steps_and_prefills_alternating_on_one_cache_match_one_prefill() {
+    // The output shapes follow the number of tokens a step runs (a prefill's hidden states have
+    // one row per token), and one binding serves them all: every switch between one-token steps,
+    // several-token steps and a draft check's pass must leave the numbers and shapes right.
+    let mut lm = tiny();
+    let mut c = lm.new_cache(None).unwrap();
+    let mut step = model_runtime::StepOutput::default();
+    let chunks: [&[u32]; 6] = [&TOKENS[..1], &TOKENS[1..2], &TOKENS[2..5], &TOKENS[5..6], &TOKENS[6..9], &TOKENS[9..]];
+    for (i, chunk) in chunks.iter().enumerate() {
+        lm.forward_into(&mut c, chunk, &mut step).unwrap();
+        let upto = c.len();
+        let mut reference_cache = lm.new_cache(None).unwrap();
+        let reference = lm.forward(&mut reference_cache, &TOKENS[..upto]).unwrap();
+        assert_eq!(step.hidden.len(), lm.manifest().hidden_size, "chunk {i}");
+        assert!(max_abs_diff(&reference.logits, &step.logits) < 1e-3, "chunk {i}: logits differ");
+        assert!(max_abs_diff(&reference.hidden, &step.hidden) < 1e-3, "chunk {i}: hidden states differ");
+    }
+    // The draft check's pass over several positions, then a step again.
+    let tail = lm.forward_tail(&mut c, &[5, 6], 2).unwrap();
+    assert_eq!(tail.len(), 2);
+    let after = lm.forward(&mut c, &[7]).unwrap();
+    let mut reference_cache = lm.new_cache(None).unwrap();
+    let mut all = TOKENS.to_vec();
+    all.extend([5, 6, 7]);
+    let reference = lm.forward(&mut reference_cache, &all).unwrap();
+    assert!(max_abs_diff(&reference.logits, &after.logits) < 1e-3);
+}
+
+#[test]
 fn caches_are_independent_when_interleaved() {
     let mut lm = tiny();
     let mut a = lm.new_cache(None).unwrap();
