@@ -11,6 +11,7 @@
 pub mod config_file;
 pub mod device_id;
 pub mod exchange;
+mod exp_sums;
 pub mod fingerprint;
 pub mod fleet;
 pub mod protocol;

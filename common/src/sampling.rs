@@ -77,37 +77,35 @@ pub struct DistributionStats {
     pub log_z: f32,
 }
 
-/// Compute argmax, top probability, entropy and logsumexp in two passes over the logits.
+/// Compute argmax, top probability, entropy and logsumexp in two passes over the logits (the
+/// second, the exponentials, in [`crate::exp_sums`]: vectorised, as it runs on every token).
 pub fn distribution_stats(logits: &[f32]) -> Result<DistributionStats, SamplingError> {
     let (argmax, max) = argmax(logits).ok_or(SamplingError::NoLogits)?;
-    let mut z = 0.0f64;
-    let mut s = 0.0f64; // sum of e^(l-max) * (l-max)
-    for &l in logits {
-        if l.is_nan() {
-            continue;
-        }
-        let d = (l - max) as f64;
-        let e = d.exp();
-        z += e;
-        s += e * d;
-    }
+    // z = Σ e^(l-max), s = Σ e^(l-max) · (l-max)
+    let (z, s) = crate::exp_sums::exp_sums(logits, max);
     let log_z = z.ln();
     let entropy = (log_z - s / z) as f32;
     Ok(DistributionStats { argmax, top_prob: (1.0 / z) as f32, entropy: entropy.max(0.0), log_z: max + log_z as f32 })
 }
 
-/// Index and value of the largest non-NaN logit.
+/// Index and value of the largest non-NaN logit (the first, if several are equal).
+///
+/// Two passes: the maximum over 16 independent lanes, which the compiler vectorises, then the
+/// first position holding it. One pass tracking the index cannot be vectorised and took a
+/// quarter of a millisecond over a Qwen2.5 vocabulary, 1 % of a decode step, on every token.
 pub fn argmax(logits: &[f32]) -> Option<(u32, f32)> {
-    let mut best: Option<(u32, f32)> = None;
-    for (i, &l) in logits.iter().enumerate() {
-        if l.is_nan() {
-            continue;
-        }
-        if best.is_none_or(|(_, b)| l > b) {
-            best = Some((i as u32, l));
+    const LANES: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let mut blocks = logits.chunks_exact(LANES);
+    for block in &mut blocks {
+        for (m, &l) in lanes.iter_mut().zip(block) {
+            // `max` keeps the number when the other side is NaN.
+            *m = m.max(l);
         }
     }
-    best
+    let max = blocks.remainder().iter().chain(&lanes).fold(f32::NEG_INFINITY, |m, &l| m.max(l));
+    let index = logits.iter().position(|&l| l == max)?;
+    Some((index as u32, logits[index]))
 }
 
 /// Stateful sampler: owns its RNG so a seeded generation is reproducible.
@@ -237,7 +235,44 @@ mod tests {
         assert!(Sampler::new(SamplingParams::default()).unwrap().sample(&[f32::NAN]).is_err());
     }
 
+    /// The one-pass argmax this module had before: the first largest non-NaN logit.
+    fn argmax_one_pass(logits: &[f32]) -> Option<(u32, f32)> {
+        let mut best: Option<(u32, f32)> = None;
+        for (i, &l) in logits.iter().enumerate().filter(|(_, l)| !l.is_nan()) {
+            if best.is_none_or(|(_, b)| l > b) {
+                best = Some((i as u32, l));
+            }
+        }
+        best
+    }
+
+    #[test]
+    fn argmax_takes_the_first_of_equal_maxima_and_skips_nan() {
+        assert_eq!(argmax(&[]), None);
+        assert_eq!(argmax(&[f32::NAN; 40]), None);
+        assert_eq!(argmax(&[f32::NEG_INFINITY, f32::NAN, f32::NEG_INFINITY]), Some((0, f32::NEG_INFINITY)));
+        let mut v = vec![1.0f32; 100];
+        v[37] = 3.0;
+        v[90] = 3.0;
+        v[5] = f32::NAN;
+        assert_eq!(argmax(&v), Some((37, 3.0)));
+    }
+
     proptest! {
+        #[test]
+        fn argmax_agrees_with_one_pass(logits in proptest::collection::vec(prop_oneof![
+            6 => -5.0f32..5.0,
+            1 => Just(2.0f32),
+            1 => Just(f32::NAN),
+            1 => Just(f32::NEG_INFINITY),
+            1 => Just(-0.0f32),
+            1 => Just(0.0f32),
+        ], 0..200)) {
+            let (got, want) = (argmax(&logits), argmax_one_pass(&logits));
+            prop_assert_eq!(got.map(|g| g.0), want.map(|w| w.0));
+            prop_assert_eq!(got.map(|g| g.1.to_bits()), want.map(|w| w.1.to_bits()));
+        }
+
         #[test]
         fn sampled_token_is_in_top_p_nucleus(logits in proptest::collection::vec(-10.0f32..10.0, 1..64), p in 0.05f32..1.0, seed in any::<u64>()) {
             let mut s = Sampler::new(SamplingParams { temperature: 1.0, top_k: 0, top_p: p, seed: Some(seed) }).unwrap();
