@@ -77,8 +77,8 @@ pub struct DistributionStats {
     pub log_z: f32,
 }
 
-/// Compute argmax, top probability, entropy and logsumexp in two passes over the logits (the
-/// second, the exponentials, in [`crate::exp_sums`]: vectorised, as it runs on every token).
+/// Compute argmax, top probability, entropy and logsumexp: [`argmax`], then one pass of
+/// exponentials ([`crate::exp_sums`], vectorised, as it runs on every token).
 pub fn distribution_stats(logits: &[f32]) -> Result<DistributionStats, SamplingError> {
     let (argmax, max) = argmax(logits).ok_or(SamplingError::NoLogits)?;
     // z = Σ e^(l-max), s = Σ e^(l-max) · (l-max)

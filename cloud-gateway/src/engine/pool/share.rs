@@ -30,8 +30,8 @@
 //! after a refusal) fits a deadline only when the queue has drained, and whoever retried first
 //! at that moment (the flood's many sessions, every 100 ms) took the room. The pool has no
 //! queue to order, so the order can be kept as **tickets** (the pool takes them only with
-//! `[overload] fair-line = "on"`; off by default, because the line served far less in all): a device refused for cost or behind
-//! others' tickets while within its share waits ([`WorkShare::wait`], stamped with when it
+//! `[overload] fair-line = "on"`; off by default, because the line served far less in all):
+//! a device refused for cost or behind others' tickets while within its share waits ([`WorkShare::wait`], stamped with when it
 //! started waiting), and what the devices at the head of the line last asked (as many as fit
 //! in half the budget, at least the first) is reserved from everyone who started waiting
 //! later or does not wait: they are admitted only into the budget those reservations leave.
