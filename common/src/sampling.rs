@@ -78,7 +78,7 @@ pub struct DistributionStats {
 }
 
 /// Compute argmax, top probability, entropy and logsumexp: [`argmax`], then one pass of
-/// exponentials ([`crate::exp_sums`], vectorised, as it runs on every token).
+/// exponentials (`common/src/exp_sums.rs`, vectorised, as it runs on every token).
 pub fn distribution_stats(logits: &[f32]) -> Result<DistributionStats, SamplingError> {
     let (argmax, max) = argmax(logits).ok_or(SamplingError::NoLogits)?;
     // z = Σ e^(l-max), s = Σ e^(l-max) · (l-max)
