@@ -5,6 +5,9 @@
 #                  the order reversed every other round, so a host that drifts in speed over
 #                  minutes (a shared VM does) weighs on every runner alike
 #   KEEP=DIR       keep every round's JSON report in DIR (default: a temporary folder, removed)
+#   RUNNERS="duet genai"  who runs: duet (edge-node bench), duet-4k (the same with
+#                  --huge-pages off: the weights on 4 KiB pages, as before they were advised),
+#                  genai (the baseline, always run)
 # The table gives each figure's median over the rounds and the ratio's spread (min-max of the
 # per-round ratios against genai).
 set -euo pipefail
@@ -17,11 +20,14 @@ cd "$root"
 cargo build --release -q -p edge-node
 if [[ -n "${KEEP:-}" ]]; then out="$KEEP"; mkdir -p "$out"; else out="$(mktemp -d)"; trap 'rm -rf "$out"' EXIT; fi
 
-runners=(duet genai)
+read -r -a runners <<< "${RUNNERS:-duet genai}"
+[[ " ${runners[*]} " == *" genai "* ]] || runners+=(genai)
 run_one() {
   case "$1" in
     duet) ./target/release/edge-node bench --model "$model" --threads "$threads" ;;
+    duet-4k) ./target/release/edge-node bench --model "$model" --threads "$threads" --huge-pages off ;;
     genai) "$DUET_HOME/venv/bin/python" deploy/bench/genai_baseline.py "$DUET_HOME/models/$model" --threads "$threads" ;;
+    *) echo "RUNNERS: $1 is not duet, duet-4k or genai" >&2; exit 2 ;;
   esac
 }
 for r in $(seq "$rounds"); do
@@ -43,8 +49,9 @@ def figures(rep):
     for d in rep["decode"]:
         f[f"decode tokens/s at context {d['context']}"] = d["tokens_per_s"]
     return f
-names = list(figures(runs["duet"][0]))
-o, b = runs["duet"][0], runs["genai"][0]
+first = next(n for n in runners if n != "genai")
+names = list(figures(runs[first][0]))
+o, b = runs[first][0], runs["genai"][0]
 print(f"model {o['model']} ({o['precision']}), {o['threads']} threads, {rounds} rounds; baseline: {b['runner']}")
 ours = [n for n in runners if n != "genai"]
 print("| figure | " + " | ".join(f"{n} (median)" for n in ours) + " | genai (median) | " + " | ".join(f"{n}/genai median (min-max)" for n in ours) + " |")

@@ -30,6 +30,10 @@ pub struct ModelArgs {
     /// Largest context (prompt + generated tokens); sizes the KV cache.
     #[arg(long, env = "DUET_MAX_CONTEXT", default_value_t = 4096, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(16..=131072))]
     pub max_context: usize,
+    /// Back the model's weights with transparent huge pages once loaded (faster decoding where
+    /// the kernel allows them); `off` to measure the difference.
+    #[arg(long, env = "DUET_HUGE_PAGES", default_value = "on", value_parser = ["on", "off"])]
+    pub huge_pages: String,
 }
 
 impl ModelArgs {
@@ -37,7 +41,7 @@ impl ModelArgs {
     pub fn load(&self) -> anyhow::Result<(CausalLm, Tokenizer)> {
         let files = ModelFiles::locate(&self.model)?;
         let tok = Tokenizer::load(&files.tokenizer, Some(&files.manifest.tokenizer_fingerprint))?;
-        let lm = CausalLm::load(files, &LmOptions { threads: self.threads, max_context: self.max_context })?;
+        let lm = CausalLm::load(files, &LmOptions { threads: self.threads, max_context: self.max_context, huge_pages: self.huge_pages == "on" })?;
         Ok((lm, tok))
     }
 }

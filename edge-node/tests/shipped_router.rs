@@ -28,7 +28,7 @@ fn cqa_prompt(item: &serde_json::Value) -> String {
 async fn shipped_router_escalates_about_its_default_rate_on_commonsense_qa() {
     let files = ModelFiles::locate(DEFAULT_SLM).expect("the default SLM is prepared (deploy/models/prepare)");
     let tok = Tokenizer::load(&files.tokenizer, Some(&files.manifest.tokenizer_fingerprint)).expect("tokenizer");
-    let mut lm = CausalLm::load(files, &LmOptions { threads: 0, max_context: 1024 }).expect("SLM loads");
+    let mut lm = CausalLm::load(files, &LmOptions { threads: 0, max_context: 1024, ..LmOptions::default() }).expect("SLM loads");
 
     // `--router default` resolves to the shipped router for this SLM, checked against it.
     let (model, name) = trained_router("default", lm.manifest(), tok.fingerprint()).expect("loads").expect("a router ships for the default SLM");

@@ -20,11 +20,14 @@ pub struct LmOptions {
     pub threads: usize,
     /// Largest context (prompt + generated tokens) a cache can hold; bounded by the model's own.
     pub max_context: usize,
+    /// Back the weights with transparent huge pages once loaded ([`crate::huge_pages`]):
+    /// faster decoding where the kernel allows them; off only to measure the difference.
+    pub huge_pages: bool,
 }
 
 impl Default for LmOptions {
     fn default() -> Self {
-        Self { threads: 0, max_context: 4096 }
+        Self { threads: 0, max_context: 4096, huge_pages: true }
     }
 }
 
@@ -180,7 +183,8 @@ impl CausalLm {
         }
         let max_context = opts.max_context.min(m.context_length).max(2);
         let cpu = MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::Default).map_err(ort_err("cpu memory info"))?;
-        tracing::info!(model = %m.id, precision = %m.precision, threads, max_context, "model loaded");
+        let huge = if opts.huge_pages { crate::huge_pages::back_with_huge_pages() } else { Default::default() };
+        tracing::info!(model = %m.id, precision = %m.precision, threads, max_context, huge_pages_mib = huge.advised >> 20, collapsed_mib = huge.collapsed >> 20, "model loaded");
         Ok(Self { session, files, has_position_ids, stop_tokens, max_context, cpu, workspace: None })
     }
 

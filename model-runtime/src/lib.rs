@@ -11,6 +11,7 @@ mod causal_lm;
 pub mod chat;
 pub mod detokenize;
 pub mod env;
+pub mod huge_pages;
 pub mod model_files;
 mod prompt;
 pub mod tokenizer;

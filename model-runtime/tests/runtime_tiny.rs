@@ -7,7 +7,7 @@ use model_runtime::{CausalLm, LmOptions, RuntimeError};
 
 fn tiny() -> CausalLm {
     let files = ModelFiles::locate(TINY_MODEL).expect("tiny model missing: run deploy/models/prepare");
-    CausalLm::load(files, &LmOptions { threads: 1, max_context: 64 }).expect("load tiny model")
+    CausalLm::load(files, &LmOptions { threads: 1, max_context: 64, ..LmOptions::default() }).expect("load tiny model")
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {

@@ -66,7 +66,7 @@ pub fn run(args: CheckServedArgs) -> anyhow::Result<()> {
         Some(s) => s.clone(),
         None => run_slm(&args.run)?,
     };
-    let opts = LmOptions { threads: args.threads, max_context: 4096 };
+    let opts = LmOptions { threads: args.threads, max_context: 4096, ..LmOptions::default() };
     let mut slm = CausalLm::load(ModelFiles::locate(&slm_id)?, &opts)?;
     let mut llm = CausalLm::load(ModelFiles::locate(&args.llm)?, &opts)?;
     eprintln!("check-served: {} items of {}, SLM {}, LLM {}", items.len(), args.run.display(), Teacher::id(&slm), Teacher::id(&llm));

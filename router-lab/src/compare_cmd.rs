@@ -83,7 +83,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     let files = ModelFiles::locate(&args.llm)?;
     let tok = Tokenizer::load(&files.tokenizer, Some(&files.manifest.tokenizer_fingerprint))?;
     let mut engine = EngineLlm::connect(&args.llm_engine, &files.tokenizer)?;
-    let mut lm = CausalLm::load(files, &LmOptions { threads: args.threads, max_context: 4096 })?;
+    let mut lm = CausalLm::load(files, &LmOptions { threads: args.threads, max_context: 4096, ..LmOptions::default() })?;
     let end = *lm.stop_tokens().first().context("the LLM has no stop token")?;
     let items: Vec<_> = read_dataset(&args.data, None)?.into_iter().filter(|i| i.prompt.is_some() && i.cot.is_some()).skip(args.offset).take(args.limit).collect();
     let mut rows = Vec::with_capacity(items.len());

@@ -402,7 +402,7 @@ fn run_served(args: &EvalArgs, items: &[TaskItem], harness: Option<&Harness>) ->
     let pair_args = &args.pair;
     let files = model_runtime::model_files::ModelFiles::locate(&pair_args.slm)?;
     let tok = Tokenizer::load(&files.tokenizer, Some(&files.manifest.tokenizer_fingerprint))?;
-    let mut lm = CausalLm::load(files, &model_runtime::LmOptions { threads: pair_args.threads, max_context: 4096 })?;
+    let mut lm = CausalLm::load(files, &model_runtime::LmOptions { threads: pair_args.threads, max_context: 4096, ..Default::default() })?;
     let (mut router, tau, calibration) = build_router_with_calibration(&args.cloud, &lm, &tok)?;
     // The rate is held as the device holds it; under `carry`, across the items.
     let fresh = rate_controller(&args.cloud, calibration.as_ref())?;

@@ -71,7 +71,7 @@ async fn concurrent_sessions_get_their_own_tokens_in_order() {
     }
     assert_eq!(all.len(), CONNECTIONS * SESSIONS_PER_CONNECTION * ESCALATIONS);
     // Every answer must be the LLM's greedy token for exactly that context.
-    let mut lm = CausalLm::load(ModelFiles::locate(TINY).unwrap(), &LmOptions { threads: 1, max_context: 512 }).unwrap();
+    let mut lm = CausalLm::load(ModelFiles::locate(TINY).unwrap(), &LmOptions { threads: 1, max_context: 512, ..LmOptions::default() }).unwrap();
     for (context, token) in &all {
         let mut cache = lm.new_cache(Some(context.len() + 1)).unwrap();
         let out = lm.forward(&mut cache, context).unwrap();

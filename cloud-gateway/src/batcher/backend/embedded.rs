@@ -60,7 +60,7 @@ impl EmbeddedBackend {
     /// Load the model.
     pub fn load(opts: &EmbeddedOptions) -> Result<Self, RuntimeError> {
         let files = ModelFiles::locate(&opts.model)?;
-        let lm = CausalLm::load(files, &LmOptions { threads: opts.threads, max_context: opts.max_context })?;
+        let lm = CausalLm::load(files, &LmOptions { threads: opts.threads, max_context: opts.max_context, ..LmOptions::default() })?;
         Ok(Self { lm, sessions: Vec::new(), max_cached: opts.max_cached_sessions.max(1), clock: 0 })
     }
 
