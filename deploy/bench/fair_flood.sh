@@ -18,9 +18,12 @@
 # to 3,500 tokens; with less the engine refuses the rest, counted as lost). DEADLINE_MS is every
 # escalation's deadline (--probe-deadline-ms).
 #
+# TRACE=1 keeps every engine admission decision the gateway makes (device, outcome, cost, work
+# ahead, budget, margin: `cloud_gateway::engine::pool` at debug) in $OUT/gateway-runN-SHARE.log.
+#
 # Usage: deploy/bench/fair_flood.sh
 #   (RUNS=2 SECS=60 DEADLINE_MS=1000 NP=4 BEHAVED_LOAD=0.5 MODEL=qwen2.5-coder-0.5b-instruct
-#    SHARES="line device off")
+#    SHARES="line device off" TRACE=)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -54,6 +57,9 @@ for run in $(seq 1 "$RUNS"); do
       off) flags=(--gateway-arg=--fair-share=off) ;;
       *) echo "SHARES: $share is not line, device or off" >&2; exit 2 ;;
     esac
+    if [ -n "${TRACE:-}" ]; then
+      flags+=(--gateway-log=warn,cloud_gateway::engine::pool=debug "--gateway-log-file=$out/gateway-run$run-$share.log")
+    fi
     llama_start "$PORT" "$out/llama-server-run$run-$share.log" -m "$gguf" -np "$NP" -c $((4096 * NP)) -t 1 --metrics --log-disable
     load="$(uptime | sed 's/.*load average: //')"
     f="$out/run$run-$share.json"

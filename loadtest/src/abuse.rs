@@ -14,7 +14,7 @@
 //! escalations served within their deadline (and their latency), the gateway's RSS against its
 //! baseline, and Busy against expired counts.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -73,6 +73,13 @@ pub struct AbuseArgs {
     /// Extra flag for the gateway (repeatable), e.g. --gateway-arg=--max-sessions=100000.
     #[arg(long = "gateway-arg", allow_hyphen_values = true)]
     pub gateway_args: Vec<String>,
+    /// The gateway's log filter (tracing's EnvFilter syntax), e.g.
+    /// `warn,cloud_gateway::engine::pool=debug` for every engine admission decision.
+    #[arg(long, default_value = "warn")]
+    pub gateway_log: String,
+    /// Append every line the gateway logs to this file (otherwise only its errors are shown).
+    #[arg(long)]
+    pub gateway_log_file: Option<PathBuf>,
     /// Write the JSON report here too.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -102,7 +109,8 @@ impl GatewayProcess {
         };
         let cert = dir.join("gateway-cert.pem");
         let mut cmd = Command::new(&bin);
-        cmd.args(["--listen=127.0.0.1:0", "--http-listen=127.0.0.1:0", "--threads=1", "--max-context=4096", "--log=warn"])
+        cmd.args(["--listen=127.0.0.1:0", "--http-listen=127.0.0.1:0", "--threads=1", "--max-context=4096"])
+            .arg(format!("--log={}", args.gateway_log))
             .arg(format!("--write-cert={}", cert.display()))
             .arg(format!("--model={}", args.model))
             .arg(format!("--backend-delay-ms={}", args.backend_delay_ms))
@@ -119,10 +127,17 @@ impl GatewayProcess {
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().with_context(|| format!("starting {}", bin.display()))?;
         let stderr = child.stderr.take().context("the gateway's stderr")?;
+        let mut log = match &args.gateway_log_file {
+            Some(path) => Some(std::fs::OpenOptions::new().create(true).append(true).open(path).with_context(|| format!("opening {}", path.display()))?),
+            None => None,
+        };
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut sent = false;
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(file) = &mut log {
+                    let _ = writeln!(file, "{line}");
+                }
                 if !sent && line.contains("cloud-gateway ready on quic://") {
                     let _ = tx.send(line);
                     sent = true;

@@ -464,14 +464,9 @@ impl EnginePool {
         let left = deadline.saturating_duration_since(now);
         let device = &request.session.device;
         let shares = self.config.fair_share && self.config.admit_by_cost;
-        if shares {
-            self.check_share(&views, device, left, now)?;
-        }
-        let first = admission::decide(&views, &self.config.pick, rr, left, self.config.admit_by_cost, self.service_ms()).inspect_err(|busy| {
-            if shares && self.config.fair_line && busy.reason == BusyReason::Cost {
-                self.wait_in_line(device, busy, now);
-            }
-        })?;
+        let decided = self.decide(&views, device, shares, left, rr, now);
+        trace_decision(request, &views, left, &decided);
+        let first = decided?;
         let cost = views.iter().find(|v| v.index == first).map_or(1, |v| v.offer.cost);
         let load_id = workers[first].load().reserve_for(Some(request.session.clone()), cost, now);
         let share = shares.then(|| {
@@ -483,6 +478,20 @@ impl EnginePool {
         });
         self.sent(&request.session, &workers[first].label);
         Ok(Admitted { workers, order, rr, first, load_id, answered: AtomicBool::new(false), ran: AtomicUsize::new(0), share })
+    }
+
+    /// The worker `device`'s escalation goes to first, with `left` to its deadline, or why it
+    /// is refused: its share ([`Self::check_share`], with `shares`), then its cost or the
+    /// workers' room ([`admission::decide`]); refused for cost with the line on, it waits in line.
+    fn decide(&self, views: &[admission::Worker], device: &Arc<str>, shares: bool, left: Duration, rr: u64, now: Instant) -> Result<usize, Busy> {
+        if shares {
+            self.check_share(views, device, left, now)?;
+        }
+        admission::decide(views, &self.config.pick, rr, left, self.config.admit_by_cost, self.service_ms()).inspect_err(|busy| {
+            if shares && self.config.fair_line && busy.reason == BusyReason::Cost {
+                self.wait_in_line(device, busy, now);
+            }
+        })
     }
 
     /// Refuse `device` for its share ([`share`]) of the open workers' budget for `left`, its
@@ -804,6 +813,24 @@ impl Drop for Admitted {
             metrics::gauge!("duet_gateway_fair_backlogged_devices").set(share.in_flight_devices() as f64);
         }
     }
+}
+
+/// One admission decision at debug level (`cloud_gateway::engine::pool=debug`), with what it
+/// was made from on the session's first worker: what an overload's refusals are read from.
+fn trace_decision(request: &LlmRequest, views: &[admission::Worker], left: Duration, decided: &Result<usize, Busy>) {
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
+    }
+    let Some(v) = views.first() else { return };
+    let outcome = match decided {
+        Ok(_) => "admitted",
+        Err(busy) => busy.reason.label(),
+    };
+    tracing::debug!(
+        device = %request.session.device, session = request.session.session_id, outcome, context = request.context.len(), cost = v.offer.cost,
+        ahead_requests = v.offer.ahead.requests, ahead_tokens = v.offer.ahead.tokens, budget_tokens = v.offer.budget_tokens(left),
+        margin_ms = v.offer.margin_ms as u64, token_ms = v.offer.model.token_ms, left_ms = left.as_millis() as u64, "engine admission"
+    );
 }
 
 /// The tokens an answered request ran, from the engine's report: the prompt tokens it did not
