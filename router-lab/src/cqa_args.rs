@@ -42,7 +42,7 @@ pub struct Pair {
 impl PairArgs {
     /// Load both models and check that their tokenizers agree.
     pub fn load(&self, max_context: usize) -> anyhow::Result<Pair> {
-        let opts = LmOptions { threads: self.threads, max_context };
+        let opts = LmOptions { threads: self.threads, max_context, ..LmOptions::default() };
         let slm_files = ModelFiles::locate(&self.slm)?;
         if let Some(spec) = &self.llm_engine {
             let llm = Llm::Engine(EngineLlm::connect(spec, &slm_files.tokenizer)?);

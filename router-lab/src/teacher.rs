@@ -120,7 +120,7 @@ mod tests {
 
     #[test]
     fn in_process_choices_are_each_positions_argmax_whatever_rows_share_the_batch() {
-        let mut lm = CausalLm::load(ModelFiles::locate(TINY_MODEL).unwrap(), &LmOptions { threads: 1, max_context: 64 }).unwrap();
+        let mut lm = CausalLm::load(ModelFiles::locate(TINY_MODEL).unwrap(), &LmOptions { threads: 1, max_context: 64, ..LmOptions::default() }).unwrap();
         let a: Vec<u32> = vec![151644, 872, 198, 3838, 374, 220, 16, 10, 220, 17];
         let b: Vec<u32> = vec![151644, 872, 198, 9707, 11, 1879, 0];
         let batched = lm.choices(&[(&a, 4), (&b, 3), (&b, 7), (&b, 0)], true).unwrap();

@@ -610,7 +610,7 @@ fn on_policy_scores(slm_id: &str, chosen: &[crate::tasks::TaskItem], model: &mut
     use model_runtime::{CausalLm, LmOptions};
     let files = model_runtime::model_files::ModelFiles::locate(slm_id)?;
     let tok = model_runtime::tokenizer::Tokenizer::load(&files.tokenizer, Some(&files.manifest.tokenizer_fingerprint))?;
-    let mut lm = CausalLm::load(files, &LmOptions { threads: 0, max_context: 1024 })?;
+    let mut lm = CausalLm::load(files, &LmOptions { threads: 0, max_context: 1024, ..LmOptions::default() })?;
     let mut cache = lm.new_cache(Some(1024))?;
     let mut slm = OnnxSlm::new(&mut lm, &mut cache, common::sampling::SamplingParams::default())?;
     let rt = tokio::runtime::Builder::new_current_thread().build()?;
