@@ -141,7 +141,7 @@ impl GatewayProcess {
                 if !sent && line.contains("cloud-gateway ready on quic://") {
                     let _ = tx.send(line);
                     sent = true;
-                } else if line.contains("ERROR") || line.contains("panicked") {
+                } else if line.contains("ERROR") || line.contains("panicked") || line.starts_with("Error:") {
                     eprintln!("gateway: {line}");
                 }
             }
