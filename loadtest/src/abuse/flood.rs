@@ -17,7 +17,9 @@
 //! deadlines: escalations answered per second), and the well-behaved devices pause so that
 //! together they offer `--fair-behaved-load` of it (half by default: their max-min fair share is
 //! then all they ask, and the flood's is the other half), pausing at most so long that the
-//! pause and a deadline stay a second within the gateway's session idle time. The flood is
+//! pause and a deadline stay a second within the gateway's session idle time. They also start
+//! further apart: a lone 32-token `Full` is timed on the idle engine first, and they come so far
+//! apart that their first `Full`s too offer that share of it ([`behaved_spacing`]). The flood is
 //! unchanged: it asks as fast as it is answered, many times the capacity.
 //!
 //! While both run, each device's LLM tokens are counted from what it sees: an answered
@@ -55,6 +57,9 @@ const CALIBRATION_LANES: u64 = 4;
 const CALIBRATE: Duration = Duration::from_secs(5);
 /// Deadline while the capacity is measured, ms.
 const CALIBRATION_DEADLINE_MS: u32 = 30_000;
+/// How far apart the well-behaved devices start on the embedded path (on the engine path,
+/// at least this: [`behaved_spacing`]).
+const START_SPACING: Duration = Duration::from_millis(50);
 /// The flood's head start.
 const HEAD_START: Duration = Duration::from_secs(1);
 /// Odd answers (neither a token, `Busy` nor `Expired`) kept per session for the report.
@@ -167,18 +172,26 @@ struct Behaved {
 }
 
 /// The engine's capacity in the well-behaved shape: escalations answered per second by
-/// [`CALIBRATION_LANES`] sessions in closed loop, and LLM tokens served per second.
+/// [`CALIBRATION_LANES`] sessions in closed loop, and LLM tokens served per second; and how
+/// long one well-behaved `Full` takes on the idle engine.
 #[derive(Debug, Serialize)]
 struct Capacity {
     escalations_per_s: f64,
     tokens_per_s: f64,
     answers: Tally,
+    full_ms: f64,
 }
 
 /// Measure [`Capacity`] from a device of its own (see the module docs).
 async fn calibrate(run: &Run) -> anyhow::Result<Capacity> {
     let conn = run.device.connect("calibrating-device").await?;
     let shape = Shape { first: 32, delta: 5, deadline_ms: CALIBRATION_DEADLINE_MS, honours_busy: true, think: Duration::ZERO };
+    // One `Full` alone first: what a well-behaved device's first escalation costs the engine.
+    let context = ContextSync::Full { tokens: TokenIds((0..shape.first as u32).map(|i| 300 + (i * 13 + 1999) % 4000).collect()) };
+    let t = Instant::now();
+    let reply = request(&conn, &escalate(CALIBRATION_LANES + 1, 0, context, CALIBRATION_DEADLINE_MS), Duration::from_millis(u64::from(CALIBRATION_DEADLINE_MS))).await;
+    anyhow::ensure!(classify(&reply) == Answer::Token, "the engine did not answer a lone 32-token Full in {CALIBRATION_DEADLINE_MS} ms: {reply:?}");
+    let full_ms = t.elapsed().as_secs_f64() * 1e3;
     // Each lane's first escalation (its `Full`) goes before `from`: only warm deltas count.
     let from = Instant::now() + Duration::from_secs(2);
     let stop_at = from + CALIBRATE;
@@ -191,7 +204,7 @@ async fn calibrate(run: &Run) -> anyhow::Result<Capacity> {
     }
     conn.close(0u32.into(), b"calibrated");
     let secs = CALIBRATE.as_secs_f64();
-    Ok(Capacity { escalations_per_s: answers.token as f64 / secs, tokens_per_s: tokens as f64 / secs, answers })
+    Ok(Capacity { escalations_per_s: answers.token as f64 / secs, tokens_per_s: tokens as f64 / secs, answers, full_ms })
 }
 
 /// The well-behaved devices' pause for them to offer `load` of `capacity` escalations per
@@ -206,6 +219,22 @@ fn behaved_think(capacity: f64, load: f64, longest: Duration) -> Duration {
     Duration::from_secs_f64((1.0 / rate).clamp(THINK.as_secs_f64(), longest))
 }
 
+/// How far apart the well-behaved devices start: their first escalations are `Full`s, each
+/// `full_ms` of the idle engine's time, and so that these too offer at most `load` of it they
+/// come `full_ms / load` apart (at least [`START_SPACING`], as on the embedded path; at most so
+/// far apart that all have started within the first half of a run of `secs`). Twenty devices
+/// starting within a second ask a CPU engine for many times what it prefills in a deadline,
+/// flood or no flood, and a device whose first `Full` goes unanswered has lost most of what
+/// it asks in a run: that burst would decide the shares, not the flood.
+fn behaved_spacing(full_ms: f64, load: f64, secs: u64) -> Duration {
+    let most = Duration::from_secs(secs).as_secs_f64() / 2.0 / BEHAVED as f64;
+    let spacing = full_ms / 1e3 / load;
+    if !(spacing.is_finite() && spacing > 0.0) {
+        return START_SPACING;
+    }
+    Duration::from_secs_f64(spacing.min(most).max(START_SPACING.as_secs_f64()))
+}
+
 /// Run the scenario.
 pub(super) async fn fair_flood(run: &Run) -> anyhow::Result<serde_json::Value> {
     let deadline_ms = run.args.probe_deadline_ms;
@@ -217,6 +246,7 @@ pub(super) async fn fair_flood(run: &Run) -> anyhow::Result<serde_json::Value> {
     // A pause and a deadline within the gateway's session idle time, with a second to spare.
     let longest = Duration::from_secs(super::SESSION_IDLE_SECS).saturating_sub(Duration::from_millis(u64::from(deadline_ms) + 1000));
     let think = capacity.as_ref().map_or(THINK, |c| behaved_think(c.escalations_per_s, run.args.fair_behaved_load, longest));
+    let spacing = capacity.as_ref().map_or(START_SPACING, |c| behaved_spacing(c.full_ms, run.args.fair_behaved_load, secs));
     let refused = |reason: &'static str| async move { labelled(run.gw.http, "duet_gateway_admission_refused_total", reason).await };
     let (share_before, reserved_before) = (refused("share").await, refused("reserved").await);
     let (cost_before, capacity_before) = (refused("cost").await, refused("capacity").await);
@@ -240,7 +270,7 @@ pub(super) async fn fair_flood(run: &Run) -> anyhow::Result<serde_json::Value> {
     for d in 0..BEHAVED {
         let conn = run.device.connect(&format!("behaved-{d}")).await?;
         conns.push(conn.clone());
-        let start_at = tokio::time::Instant::now() + Duration::from_millis(50 * d as u64);
+        let start_at = tokio::time::Instant::now() + spacing * d as u32;
         behaved.push(tokio::spawn(async move {
             tokio::time::sleep_until(start_at).await;
             session(conn, 1, 1000 + d as u32, behaved_shape, from, stop_at, None).await
@@ -295,7 +325,7 @@ pub(super) async fn fair_flood(run: &Run) -> anyhow::Result<serde_json::Value> {
     let behaved_offered: u64 = seen.iter().map(|s| s.offered_tokens).sum();
     Ok(json!({
         "behaved_devices": BEHAVED, "flood_sessions": FLOOD_SESSIONS, "secs": secs,
-        "capacity": capacity, "behaved_think_ms": think.as_millis() as u64,
+        "capacity": capacity, "behaved_think_ms": think.as_millis() as u64, "behaved_start_spacing_ms": spacing.as_millis() as u64,
         "offered_tokens_per_s": { "behaved": behaved_offered as f64 / secs as f64, "flood": flood_seen.offered_tokens as f64 / secs as f64 },
         "tokens_served": total,
         "flood": { "offered_tokens": flood_seen.offered_tokens, "served_tokens": flood_seen.served_tokens,
@@ -340,7 +370,7 @@ pub(super) async fn labelled(http: std::net::SocketAddr, name: &str, reason: &st
 
 #[cfg(test)]
 mod tests {
-    use super::{behaved_think, water_fill, THINK};
+    use super::{behaved_spacing, behaved_think, water_fill, START_SPACING, THINK};
     use std::time::Duration;
 
     #[test]
@@ -351,6 +381,15 @@ mod tests {
         assert_eq!(behaved_think(1_000.0, 0.5, idle), THINK, "never faster than on the embedded path");
         assert_eq!(behaved_think(4.0, 0.5, idle), idle, "never so slow that the gateway drops the session between escalations");
         assert_eq!(behaved_think(0.0, 0.5, idle), idle, "an engine that answered nothing");
+    }
+
+    #[test]
+    fn the_behaved_devices_start_so_far_apart_that_their_first_fulls_offer_the_asked_share_of_the_engine() {
+        // A `Full` of 700 ms, half the engine: one every 1.4 s.
+        assert_eq!(behaved_spacing(700.0, 0.5, 120), Duration::from_millis(1400));
+        assert_eq!(behaved_spacing(1.0, 0.5, 120), START_SPACING, "never closer than on the embedded path");
+        assert_eq!(behaved_spacing(5_000.0, 0.5, 40), Duration::from_secs(1), "all started within the first half of the run");
+        assert_eq!(behaved_spacing(f64::NAN, 0.5, 40), START_SPACING);
     }
 
     #[test]

@@ -94,6 +94,10 @@ struct Entry {
     /// What was ahead of it when it was admitted, with the tokens the engine reported for
     /// those requests as their answers came in ([`Load::settle`]).
     ahead: Ahead,
+    /// What was admitted after it while it was in flight: an engine that batches continuously
+    /// runs that beside it, and its prefill slows this request's steps as much as the work
+    /// ahead did.
+    beside: Ahead,
 }
 
 /// One worker's admitted work and its learned cost model.
@@ -171,9 +175,13 @@ impl Load {
     /// it, its session's included: the engine runs that too.
     pub fn reserve_for(&mut self, session: Option<SessionKey>, tokens: usize, now: Instant) -> u64 {
         let ahead = self.ahead();
+        for e in &mut self.entries {
+            e.beside.requests += 1;
+            e.beside.tokens += tokens;
+        }
         let id = self.next_id;
         self.next_id += 1;
-        self.entries.push(Entry { id, session, tokens, since: now, ahead });
+        self.entries.push(Entry { id, session, tokens, since: now, ahead, beside: Ahead::default() });
         id
     }
 
@@ -185,9 +193,11 @@ impl Load {
         let Some(e) = self.entries.iter_mut().find(|e| e.id == id) else { return };
         let (charged, ran) = (e.tokens, tokens.max(1));
         e.tokens = ran;
-        // Every request still here with a later id was admitted while this one was in flight.
-        for behind in self.entries.iter_mut().filter(|b| b.id > id) {
-            behind.ahead.tokens = (behind.ahead.tokens + ran).saturating_sub(charged);
+        // Every request still here with a later id was admitted while this one was in flight,
+        // and every one with an earlier id had it running beside it.
+        for other in self.entries.iter_mut().filter(|o| o.id != id) {
+            let work = if other.id > id { &mut other.ahead } else { &mut other.beside };
+            work.tokens = (work.tokens + ran).saturating_sub(charged);
         }
     }
 
@@ -199,11 +209,14 @@ impl Load {
         let Some(i) = self.entries.iter().position(|e| e.id == id) else { return };
         let e = self.entries.swap_remove(i);
         let ms = now.saturating_duration_since(e.since).as_secs_f64() * 1e3;
-        let predicted = predicted_ms(&self.model, e.ahead, e.tokens);
+        // What ran before and beside it: counting only the work ahead, every prefill admitted
+        // after it counted as the model's error and padded every later estimate by it.
+        let ran = Ahead { requests: e.ahead.requests + e.beside.requests, tokens: e.ahead.tokens + e.beside.tokens };
+        let predicted = predicted_ms(&self.model, ran, e.tokens);
         if answered || ms > predicted {
             let error = (ms - predicted).abs();
             self.error_ms = if self.observed == 0 { error } else { (1.0 - ERROR_WEIGHT) * self.error_ms + ERROR_WEIGHT * error };
-            self.model.observe(e.ahead.requests + 1, e.ahead.tokens + e.tokens, ms);
+            self.model.observe(ran.requests + 1, ran.tokens + e.tokens, ms);
             self.observed += 1;
         }
     }
@@ -288,11 +301,19 @@ impl Offer {
     /// `Ok` when the work ahead and the escalation's own fit `left` (on an idle worker, when
     /// its own fits [`IDLE_SLACK`] times `left`: see the module docs); else the retry hint.
     pub fn fits(&self, left: Duration) -> Result<(), u32> {
+        self.fits_with(left, IDLE_SLACK)
+    }
+
+    /// [`Self::fits`] with `idle_slack` times `left` for its own prefill on an idle worker:
+    /// [`IDLE_SLACK`] for a device alone on the pool, 1 while others want it (an idle
+    /// worker's moment is then theirs as much as its, and a prefill that outlives a deadline
+    /// takes it from all of them).
+    pub fn fits_with(&self, left: Duration, idle_slack: f64) -> Result<(), u32> {
         // Its own step is not held against it (devices' deadlines allow for the service time),
         // as on the batcher's path.
         let own_ms = self.cost.saturating_sub(1) as f64 * self.model.token_ms;
         if self.ahead.requests == 0 {
-            return within_deadline(0.0, own_ms, left.mul_f64(IDLE_SLACK));
+            return within_deadline(0.0, own_ms, left.mul_f64(idle_slack.max(1.0)));
         }
         let queued_ms = self.model.estimate_ms(self.ahead.requests, self.ahead.tokens, usize::MAX) + self.margin_ms;
         within_deadline(queued_ms, own_ms, left)
@@ -339,12 +360,17 @@ pub struct Worker {
 /// soonest retry hint of the open workers, when some are open; else for capacity, retrying
 /// after `service_ms`.
 pub fn decide(workers: &[Worker], policy: &PickPolicy, rr_counter: u64, left: Duration, by_cost: bool, service_ms: u32) -> Result<usize, Busy> {
-    let fits = |w: &Worker| !by_cost || w.offer.fits(left).is_ok();
+    decide_with(workers, policy, rr_counter, left, by_cost, service_ms, IDLE_SLACK)
+}
+
+/// [`decide`] with `idle_slack` for an idle worker ([`Offer::fits_with`]).
+pub fn decide_with(workers: &[Worker], policy: &PickPolicy, rr_counter: u64, left: Duration, by_cost: bool, service_ms: u32, idle_slack: f64) -> Result<usize, Busy> {
+    let fits = |w: &Worker| !by_cost || w.offer.fits_with(left, idle_slack).is_ok();
     let candidates: Vec<Candidate> = workers.iter().map(|w| Candidate { index: w.index, eligible: w.open && fits(w), in_flight: w.in_flight }).collect();
     if let Some(index) = choose(&candidates, policy, &[], rr_counter) {
         return Ok(index);
     }
-    let soonest = workers.iter().filter(|w| w.open).filter_map(|w| w.offer.fits(left).err()).min();
+    let soonest = workers.iter().filter(|w| w.open).filter_map(|w| w.offer.fits_with(left, idle_slack).err()).min();
     Err(match soonest {
         Some(retry_after_ms) => Busy { retry_after_ms, reason: BusyReason::Cost },
         None => Busy { retry_after_ms: service_ms.max(5), reason: BusyReason::Capacity },
@@ -400,6 +426,14 @@ mod tests {
         assert_eq!(decide(&[worker(0, Ahead::default(), 60)], &PickPolicy::default(), 0, 1_000 * MS, true, 80), Ok(0), "the model may overestimate an idle worker");
         let refused = decide(&[worker(0, Ahead::default(), 4_000)], &PickPolicy::default(), 0, 1_000 * MS, true, 80).unwrap_err();
         assert_eq!(refused, Busy { retry_after_ms: 30_000, reason: BusyReason::Cost });
+    }
+
+    #[test]
+    fn while_other_devices_want_the_pool_an_idle_worker_admits_only_what_fits_the_deadline() {
+        let idle = [worker(0, Ahead::default(), 60)];
+        let refused = decide_with(&idle, &PickPolicy::default(), 0, 1_000 * MS, true, 80, 1.0).unwrap_err();
+        assert_eq!(refused, Busy { retry_after_ms: 1_180, reason: BusyReason::Cost }, "1.18 s of prefill does not fit 1 s");
+        assert_eq!(decide_with(&[worker(0, Ahead::default(), 50)], &PickPolicy::default(), 0, 1_000 * MS, true, 80, 1.0), Ok(0));
     }
 
     #[test]
@@ -498,12 +532,26 @@ mod tests {
         let a = load.reserve(1_000, t0);
         let b = load.reserve(20, t0);
         load.settle(a, 10);
-        load.finish(a, true, t0 + 109 * MS);
-        // Behind 10 tokens, not 1,000: 100 ms + 28 x 1 ms, exactly as the model says.
+        // The engine ran both in one batch: 10 tokens and 20, not 1,000 and 20, so 100 ms +
+        // 28 x 1 ms for each, exactly as the model says.
+        load.finish(a, true, t0 + 128 * MS);
         load.settle(b, 20);
         load.finish(b, true, t0 + 128 * MS);
         assert!(load.margin_ms() < 1.0, "no timing error, no margin: {}", load.margin_ms());
         assert!((load.model().token_ms - 1.0).abs() < 1e-9, "nor a faster time per token: {:?}", load.model());
+    }
+
+    #[test]
+    fn work_admitted_after_a_request_and_run_beside_it_is_no_error_of_the_model() {
+        let t0 = Instant::now();
+        let mut load = Load::new(CostModel { batch_ms: 100.0, token_ms: 1.0 });
+        // A short request, then a long prefill admitted while it runs: a continuous batch runs
+        // both, and the short one is answered with the long one's steps.
+        let short = load.reserve(10, t0);
+        let long = load.reserve(200, t0 + 10 * MS);
+        load.finish(short, true, t0 + 308 * MS);
+        load.finish(long, true, t0 + 318 * MS);
+        assert!(load.margin_ms() < 1.0, "no timing error, no margin: {}", load.margin_ms());
     }
 
     #[test]

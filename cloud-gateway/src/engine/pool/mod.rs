@@ -487,7 +487,27 @@ impl EnginePool {
         if shares {
             self.check_share(views, device, left, now)?;
         }
-        admission::decide(views, &self.config.pick, rr, left, self.config.admit_by_cost, self.service_ms()).inspect_err(|busy| {
+        let (others, owed) = match shares {
+            true => {
+                let share = self.share.lock().unwrap_or_else(|p| p.into_inner());
+                (share.others_active(device), share.owed_room(device))
+            }
+            false => (false, false),
+        };
+        // An idle worker's slack for a long prefill is for a device alone on the pool.
+        let idle_slack = if others { 1.0 } else { admission::IDLE_SLACK };
+        // The room a device served far less than others is owed was kept from them with the
+        // margin counted (`share::Refused::Behind`): its own escalation is not refused for the
+        // margin a second time.
+        let unpadded: Vec<admission::Worker>;
+        let views = match owed {
+            true => {
+                unpadded = views.iter().map(|v| admission::Worker { offer: Offer { margin_ms: 0.0, ..v.offer }, ..*v }).collect();
+                &unpadded[..]
+            }
+            false => views,
+        };
+        admission::decide_with(views, &self.config.pick, rr, left, self.config.admit_by_cost, self.service_ms(), idle_slack).inspect_err(|busy| {
             if shares && self.config.fair_line && busy.reason == BusyReason::Cost {
                 self.wait_in_line(device, busy, now);
             }
@@ -505,6 +525,8 @@ impl EnginePool {
         refused.map_err(|refused| match refused {
             // Back once its own work in flight has gone through.
             Refused::Over(over) => Busy { retry_after_ms: retry_after_ms(model.batch_ms + over.held as f64 * model.token_ms).max(self.service_ms()), reason: BusyReason::Share },
+            // Back once the work in flight and the less served device's ask could have run.
+            Refused::Behind { tokens } => Busy { retry_after_ms: retry_after_ms(model.batch_ms + tokens as f64 * model.token_ms).max(self.service_ms()), reason: BusyReason::Share },
             // Back once those ahead of it in line could have run.
             Refused::Reserved { tokens } => {
                 let busy = Busy { retry_after_ms: retry_after_ms(model.batch_ms + tokens as f64 * model.token_ms).max(self.service_ms()), reason: BusyReason::Reserved };

@@ -41,7 +41,22 @@
 //! the back of the line, so a device that never fits (a prefill too long for any deadline)
 //! does not hold the others back for good.
 //!
+//! Neither did the line: a device told to come back slept out its hint while the room kept for
+//! it stood idle. What decides who gets the engine's free moments is who has been served: each
+//! device counts the tokens admitted for it (a virtual token counter, as the batcher's queue
+//! keeps: a device becoming active starts from the least served active device's count, so one
+//! that was away is owed nothing for it). A device with nothing in flight that has been served
+//! more than [`PEER_QUANTUM`] tokens less than the one asking is owed room for what it last
+//! asked: the asking device is admitted only where its escalation, the work in flight and that
+//! ask fit the budget together (refusal `Behind`, reason `share`). A flood, served far more than
+//! any light device, then keeps its hands off the room one light escalation needs, a light
+//! device's first `Full` included, and takes all the rest: while the light devices think, their
+//! asks are small and the flood has nearly the whole engine (work-conserving). The room is kept
+//! for one ask, the largest, not the sum: light devices come one by one.
+//!
 //! Rules ([`WorkShare::admit`]):
+//! - a device that would leave no room for what a device served far less asks is refused
+//!   (reason `share`) before anything else: not even its first escalation is exempt;
 //! - a device whose tokens in flight with this escalation's would pass its fair share is
 //!   refused `Busy` (reason `share`) once half the budget is taken, and gives up its ticket;
 //! - a device that would take what devices waiting longer have reserved is refused (reason
@@ -63,6 +78,12 @@ use std::time::{Duration, Instant};
 /// on the embedded path, every few seconds against a CPU engine). A device that left stops
 /// holding its ask back from the others after this.
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(30);
+
+/// How many tokens more than another a device must have been served before room is kept for
+/// the other's ask ahead of its own (see the module docs): devices within it are peers, so the
+/// rule puts a flood behind light devices, not light devices behind each other by an
+/// escalation or two.
+pub const PEER_QUANTUM: u64 = 512;
 
 /// How long past the wait it was told a waiting device's ticket still holds its place: a
 /// device retries after a jittered hint and a hard token of its own, not to the millisecond.
@@ -94,6 +115,9 @@ struct Device {
     seen: Instant,
     /// Its place in the line while it waits to be admitted.
     ticket: Option<Ticket>,
+    /// Tokens admitted for it while active, lifted to the least served active device's count
+    /// when it becomes active (a virtual token counter, as the batcher's queue keeps).
+    served: u64,
 }
 
 /// A refusal for the device's share: what it holds and what its share is, in tokens.
@@ -113,6 +137,12 @@ pub enum Refused {
     /// Devices that have waited longer reserve what is left: `tokens` of them, ahead of it.
     Reserved {
         /// Tokens reserved for devices ahead of it in the line.
+        tokens: usize,
+    },
+    /// A device served far less asks for `tokens`, which this escalation would leave no room
+    /// for: it goes after them.
+    Behind {
+        /// The work in flight and what the less served device asks, in tokens.
         tokens: usize,
     },
 }
@@ -138,13 +168,17 @@ impl WorkShare {
     /// reserve, it should [`WorkShare::wait`].
     pub fn admit(&mut self, device: &Arc<str>, cost: usize, budget: usize, now: Instant) -> Result<(), Refused> {
         self.forget_idle(now);
-        let d = self.devices.entry(device.clone()).or_insert(Device { in_flight: 0, requests: 0, asked: cost, seen: now, ticket: None });
+        let d = self.entry(device, cost, now);
         d.asked = cost;
         d.seen = now;
         let mine = *d;
         self.evict(device);
-        let reserved = self.reserved_ahead_of(device, mine.ticket, budget);
         let total: usize = self.devices.values().map(|d| d.in_flight).sum();
+        let first = self.asked_by_less_served(mine.served);
+        if first > 0 && total.saturating_add(cost).saturating_add(first) > budget {
+            return Err(Refused::Behind { tokens: total.saturating_add(first) });
+        }
+        let reserved = self.reserved_ahead_of(device, mine.ticket, budget);
         let taken = total.saturating_add(reserved).saturating_add(cost);
         if (mine.requests == 0 && reserved == 0) || taken.saturating_mul(2) <= budget {
             return Ok(());
@@ -163,6 +197,19 @@ impl WorkShare {
         }
     }
 
+    /// `device`'s entry, new ones starting from the least served active device's count (a
+    /// device that was away is not owed what it did not ask for meanwhile).
+    fn entry(&mut self, device: &Arc<str>, cost: usize, now: Instant) -> &mut Device {
+        let least = self.devices.values().map(|d| d.served).min().unwrap_or(0);
+        self.devices.entry(device.clone()).or_insert(Device { in_flight: 0, requests: 0, asked: cost, seen: now, ticket: None, served: least })
+    }
+
+    /// The most that a device with nothing in flight, served more than [`PEER_QUANTUM`] tokens
+    /// less than `served`, last asked (0: none): room for it is kept (see the module docs).
+    fn asked_by_less_served(&self, served: u64) -> usize {
+        self.devices.values().filter(|d| d.requests == 0 && d.served.saturating_add(PEER_QUANTUM) < served).map(|d| d.asked).max().unwrap_or(0)
+    }
+
     /// `device`, within its share, was refused at `now` (for cost, or for what others
     /// reserve) and told to come back by `until`: it takes a place in the line, or keeps its
     /// own (see the module docs).
@@ -174,6 +221,19 @@ impl WorkShare {
                 _ => Ticket { since: now, until }, // new, or held the line too long: to the back
             });
         }
+    }
+
+    /// Whether a device other than `device` is active (in flight, or seen within the window
+    /// when last admitted or refused): the pool is shared.
+    pub fn others_active(&self, device: &str) -> bool {
+        self.devices.keys().any(|d| **d != *device)
+    }
+
+    /// Whether another device has been served more than [`PEER_QUANTUM`] tokens more than
+    /// `device`: room is kept for `device`'s asks ([`Refused::Behind`]).
+    pub fn owed_room(&self, device: &str) -> bool {
+        let Some(mine) = self.devices.get(device) else { return false };
+        self.devices.values().any(|d| d.served > mine.served.saturating_add(PEER_QUANTUM))
     }
 
     /// Devices waiting in line.
@@ -226,8 +286,9 @@ impl WorkShare {
     /// [`WorkShare::end`].
     /// Its place in the line, if it had one, goes to whoever waited next.
     pub fn start(&mut self, device: &Arc<str>, cost: usize, now: Instant) {
-        let d = self.devices.entry(device.clone()).or_insert(Device { in_flight: 0, requests: 0, asked: cost, seen: now, ticket: None });
+        let d = self.entry(device, cost, now);
         d.in_flight = d.in_flight.saturating_add(cost);
+        d.served = d.served.saturating_add(cost as u64);
         d.requests += 1;
         d.seen = now;
         d.ticket = None;
@@ -325,6 +386,70 @@ mod tests {
         assert_eq!(water_fill(&[10, 10, 1_000], 120), vec![10, 10, 100]);
         assert_eq!(water_fill(&[100, 100], 100), vec![50, 50]);
         assert_eq!(water_fill(&[], 100), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn a_device_served_far_more_leaves_room_for_what_a_less_served_device_asks_even_with_nothing_in_flight() {
+        let t0 = Instant::now();
+        let mut share = WorkShare::new(64, DEFAULT_WINDOW);
+        let (flood, light, peer) = (id("flood"), id("light"), id("peer"));
+        let serve = |share: &mut WorkShare, d: &Arc<str>, cost: usize, t: Instant| {
+            assert_eq!(share.admit(d, cost, 100, t), Ok(()));
+            share.start(d, cost, t);
+            share.end(d, cost, t);
+        };
+        serve(&mut share, &flood, 20, t0);
+        // A light device arrives, starting from the flood's count (owed nothing yet), and is
+        // served its 40; so is a peer of it.
+        serve(&mut share, &light, 40, t0 + MS);
+        serve(&mut share, &peer, 30, t0 + MS);
+        // The flood, alone on the engine while they think, is served 600 tokens more.
+        for i in 0..30 {
+            serve(&mut share, &flood, 20, t0 + (10 + i) * MS);
+        }
+        let t = t0 + 100 * MS;
+        assert_eq!(share.admit(&flood, 70, 100, t), Err(Refused::Behind { tokens: 40 }), "70 and the light device's 40 pass 100: not even with nothing in flight");
+        assert_eq!(share.admit(&flood, 20, 100, t), Ok(()), "what fits beside that room is the flood's");
+        share.start(&flood, 20, t);
+        assert_eq!(share.admit(&flood, 20, 100, t), Ok(()));
+        share.start(&flood, 20, t);
+        assert_eq!(share.admit(&flood, 30, 100, t), Err(Refused::Behind { tokens: 80 }), "its 40 in flight, 30 more and the 40 pass 100");
+        share.end(&flood, 20, t);
+        share.end(&flood, 20, t);
+        assert_eq!(share.admit(&flood, 60, 100, t), Ok(()), "the rest of the engine is the flood's");
+        share.start(&flood, 60, t);
+        assert_eq!(share.admit(&light, 40, 100, t + MS), Ok(()), "the light device finds its room");
+        share.start(&light, 40, t + MS);
+        assert_eq!(share.admit(&peer, 30, 100, t + MS), Ok(()), "a peer is not held back for it: within a quantum of each other");
+    }
+
+    #[test]
+    fn room_is_owed_to_a_device_served_far_less_than_another_and_not_between_peers() {
+        let t0 = Instant::now();
+        let mut share = WorkShare::new(64, DEFAULT_WINDOW);
+        let (flood, light, peer) = (id("flood"), id("light"), id("peer"));
+        share.admit(&light, 30, 100, t0).unwrap();
+        share.admit(&peer, 30, 100, t0).unwrap();
+        share.start(&flood, 20, t0);
+        assert!(!share.owed_room("light"), "20 tokens apart: peers");
+        assert!(share.others_active("light"));
+        share.start(&flood, 600, t0);
+        assert!(share.owed_room("light") && share.owed_room("peer"));
+        assert!(!share.owed_room("flood"), "served the most, owed nothing");
+        assert!(!share.owed_room("unknown"));
+    }
+
+    #[test]
+    fn a_device_becoming_active_starts_from_the_least_served_count() {
+        let t0 = Instant::now();
+        let mut share = WorkShare::new(64, DEFAULT_WINDOW);
+        let (flood, late) = (id("flood"), id("late"));
+        for i in 0..100 {
+            share.start(&flood, 20, t0 + i * MS);
+            share.end(&flood, 20, t0 + i * MS);
+        }
+        share.admit(&late, 40, 100, t0 + 200 * MS).unwrap();
+        assert_eq!(share.admit(&flood, 80, 100, t0 + 200 * MS), Ok(()), "the newcomer is owed nothing for the time it was away");
     }
 
     #[test]
