@@ -46,8 +46,9 @@
 //! device counts the tokens admitted for it (a virtual token counter, as the batcher's queue
 //! keeps: a device becoming active starts from the least served active device's count, so one
 //! that was away is owed nothing for it). A device with nothing in flight that has been served
-//! more than [`PEER_QUANTUM`] tokens less than the one asking is owed room for what it last
-//! asked: the asking device is admitted only where its escalation, the work in flight and that
+//! more than [`PEER_QUANTUM`] tokens less than the one asking, or not yet admitted at all since
+//! it became active, is owed room for what it last asked (if that fits the budget at all): the
+//! asking device is admitted only where its escalation, the work in flight and that
 //! ask fit the budget together (refusal `Behind`, reason `share`). A flood, served far more than
 //! any light device, then keeps its hands off the room one light escalation needs, a light
 //! device's first `Full` included, and takes all the rest: while the light devices think, their
@@ -118,6 +119,17 @@ struct Device {
     /// Tokens admitted for it while active, lifted to the least served active device's count
     /// when it becomes active (a virtual token counter, as the batcher's queue keeps).
     served: u64,
+    /// Whether anything was admitted for it since it became active.
+    admitted: bool,
+}
+
+impl Device {
+    /// Whether `self`, with nothing in flight, is owed room by `other` (see the module docs):
+    /// served more than [`PEER_QUANTUM`] tokens less, or not yet admitted at all since it
+    /// became active while `other` was.
+    fn is_owed_by(&self, other: &Device) -> bool {
+        self.requests == 0 && (self.served.saturating_add(PEER_QUANTUM) < other.served || (!self.admitted && other.admitted))
+    }
 }
 
 /// A refusal for the device's share: what it holds and what its share is, in tokens.
@@ -174,7 +186,7 @@ impl WorkShare {
         let mine = *d;
         self.evict(device);
         let total: usize = self.devices.values().map(|d| d.in_flight).sum();
-        let first = self.asked_by_less_served(mine.served);
+        let first = self.owed_ask(&mine, budget);
         if first > 0 && total.saturating_add(cost).saturating_add(first) > budget {
             return Err(Refused::Behind { tokens: total.saturating_add(first) });
         }
@@ -201,13 +213,14 @@ impl WorkShare {
     /// device that was away is not owed what it did not ask for meanwhile).
     fn entry(&mut self, device: &Arc<str>, cost: usize, now: Instant) -> &mut Device {
         let least = self.devices.values().map(|d| d.served).min().unwrap_or(0);
-        self.devices.entry(device.clone()).or_insert(Device { in_flight: 0, requests: 0, asked: cost, seen: now, ticket: None, served: least })
+        self.devices.entry(device.clone()).or_insert(Device { in_flight: 0, requests: 0, asked: cost, seen: now, ticket: None, served: least, admitted: false })
     }
 
-    /// The most that a device with nothing in flight, served more than [`PEER_QUANTUM`] tokens
-    /// less than `served`, last asked (0: none): room for it is kept (see the module docs).
-    fn asked_by_less_served(&self, served: u64) -> usize {
-        self.devices.values().filter(|d| d.requests == 0 && d.served.saturating_add(PEER_QUANTUM) < served).map(|d| d.asked).max().unwrap_or(0)
+    /// The most that a device `me` owes room to last asked (0: none), of the asks that fit
+    /// `budget` at all (one that does not cannot be answered in time anyway, and keeping room
+    /// for it would refuse everyone): room is kept for it (see the module docs).
+    fn owed_ask(&self, me: &Device, budget: usize) -> usize {
+        self.devices.values().filter(|d| d.is_owed_by(me) && d.asked <= budget).map(|d| d.asked).max().unwrap_or(0)
     }
 
     /// `device`, within its share, was refused at `now` (for cost, or for what others
@@ -230,10 +243,12 @@ impl WorkShare {
     }
 
     /// Whether another device has been served more than [`PEER_QUANTUM`] tokens more than
-    /// `device`: room is kept for `device`'s asks ([`Refused::Behind`]).
+    /// `device`, or `device` was not admitted yet since it became active while another was:
+    /// room is kept for `device`'s asks ([`Refused::Behind`]).
     pub fn owed_room(&self, device: &str) -> bool {
         let Some(mine) = self.devices.get(device) else { return false };
-        self.devices.values().any(|d| d.served > mine.served.saturating_add(PEER_QUANTUM))
+        let mine = Device { requests: 0, ..*mine };
+        self.devices.values().any(|d| mine.is_owed_by(d))
     }
 
     /// Devices waiting in line.
@@ -289,6 +304,7 @@ impl WorkShare {
         let d = self.entry(device, cost, now);
         d.in_flight = d.in_flight.saturating_add(cost);
         d.served = d.served.saturating_add(cost as u64);
+        d.admitted = true;
         d.requests += 1;
         d.seen = now;
         d.ticket = None;
@@ -381,6 +397,14 @@ mod tests {
         Arc::from(s)
     }
 
+    /// Each of `devices` admitted once for a token: none is a newcomer owed room.
+    fn established(share: &mut WorkShare, devices: &[&Arc<str>], t: Instant) {
+        for d in devices {
+            share.start(d, 1, t);
+            share.end(d, 1, t);
+        }
+    }
+
     #[test]
     fn max_min_shares_give_small_demands_all_they_ask_and_split_the_rest() {
         assert_eq!(water_fill(&[10, 10, 1_000], 120), vec![10, 10, 100]);
@@ -428,6 +452,7 @@ mod tests {
         let t0 = Instant::now();
         let mut share = WorkShare::new(64, DEFAULT_WINDOW);
         let (flood, light, peer) = (id("flood"), id("light"), id("peer"));
+        established(&mut share, &[&flood, &light, &peer], t0);
         share.admit(&light, 30, 100, t0).unwrap();
         share.admit(&peer, 30, 100, t0).unwrap();
         share.start(&flood, 20, t0);
@@ -440,6 +465,23 @@ mod tests {
     }
 
     #[test]
+    fn a_newcomer_is_owed_room_for_its_first_escalation_but_not_for_an_ask_no_budget_could_hold() {
+        let t0 = Instant::now();
+        let mut share = WorkShare::new(64, DEFAULT_WINDOW);
+        let (flood, new, huge) = (id("flood"), id("new"), id("huge"));
+        share.start(&flood, 20, t0);
+        share.end(&flood, 20, t0);
+        assert_eq!(share.admit(&new, 40, 100, t0 + MS), Ok(()));
+        assert!(share.owed_room("new"), "not yet admitted, while the flood was");
+        assert_eq!(share.admit(&flood, 70, 100, t0 + MS), Err(Refused::Behind { tokens: 40 }), "room for the newcomer's first ask");
+        share.start(&new, 40, t0 + 2 * MS);
+        share.end(&new, 40, t0 + 2 * MS);
+        assert!(!share.owed_room("new"), "admitted once, a peer of the flood");
+        assert_eq!(share.admit(&huge, 150, 100, t0 + 3 * MS), Ok(()), "for the cost rule to judge");
+        assert_eq!(share.admit(&flood, 70, 100, t0 + 3 * MS), Ok(()), "150 tokens never fit a budget of 100: no room is kept for them");
+    }
+
+    #[test]
     fn a_device_becoming_active_starts_from_the_least_served_count() {
         let t0 = Instant::now();
         let mut share = WorkShare::new(64, DEFAULT_WINDOW);
@@ -448,8 +490,9 @@ mod tests {
             share.start(&flood, 20, t0 + i * MS);
             share.end(&flood, 20, t0 + i * MS);
         }
+        established(&mut share, &[&late], t0 + 200 * MS);
         share.admit(&late, 40, 100, t0 + 200 * MS).unwrap();
-        assert_eq!(share.admit(&flood, 80, 100, t0 + 200 * MS), Ok(()), "the newcomer is owed nothing for the time it was away");
+        assert_eq!(share.admit(&flood, 80, 100, t0 + 200 * MS), Ok(()), "admitted once, the newcomer is owed nothing for the time it was away");
     }
 
     #[test]
@@ -587,6 +630,7 @@ mod tests {
         let t0 = Instant::now();
         let mut share = WorkShare::new(64, DEFAULT_WINDOW);
         let (flood, light) = (id("flood"), id("light"));
+        established(&mut share, &[&flood, &light], t0);
         share.start(&flood, 90, t0);
         assert_eq!(share.admit(&light, 60, 100, t0), Ok(()), "nothing in flight: for the cost rule to judge");
         share.wait(&light, t0 + 500 * MS, t0); // the cost rule refused it: 90 tokens ahead
@@ -605,6 +649,7 @@ mod tests {
         let t0 = Instant::now();
         let mut share = WorkShare::new(64, DEFAULT_WINDOW);
         let (flood, a, b) = (id("flood"), id("a"), id("b"));
+        established(&mut share, &[&flood, &a, &b], t0);
         share.start(&flood, 80, t0);
         share.admit(&a, 50, 100, t0).unwrap();
         share.wait(&a, t0 + 500 * MS, t0);
