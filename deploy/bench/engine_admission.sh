@@ -7,7 +7,12 @@
 # and then =off, one after the other against the same engine. Prints a Markdown row per run
 # (the uptime before each); the JSON reports go to $OUT.
 #
-# Usage: deploy/bench/engine_admission.sh        (RUNS=3 SECS=15 MODEL=qwen2.5-coder-0.5b-instruct)
+# ADMISSIONS picks the settings each round runs, in order (default "cost off"); `base` is
+# admission by cost in the cloud-gateway binary at BASE_BIN (one built from an earlier commit),
+# for a same-run comparison with this build.
+#
+# Usage: deploy/bench/engine_admission.sh        (RUNS=3 SECS=15 MODEL=qwen2.5-coder-0.5b-instruct
+#   ADMISSIONS="cost off" BASE_BIN=)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -31,11 +36,16 @@ say "llama-server $MODEL on 127.0.0.1:$PORT (-t 1 -np 4); reports in $out; commi
 echo "| run | admission | uptime (load 1/5/15 min) | capacity esc/s | offered esc/s (x) | tokens in time | Busy (max ms) | expired | late | missed share | queue age p50 / max s | refused cost / capacity | breaker opened |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for run in $(seq 1 "$RUNS"); do
-  for admission in cost off; do
+  for admission in ${ADMISSIONS:-cost off}; do
+    case "$admission" in
+      cost|off) flags=(--gateway-arg="--engine-admission=$admission") ;;
+      base) flags=(--gateway-arg=--engine-admission=cost --gateway-bin "${BASE_BIN:?base needs BASE_BIN, a cloud-gateway binary}") ;;
+      *) echo "ADMISSIONS: $admission is not cost, off or base" >&2; exit 2 ;;
+    esac
     load="$(uptime | sed 's/.*load average: //')"
     f="$out/run$run-$admission.json"
     target/release/loadtest --log error abuse --scenarios engine-overload --engine "llamacpp=http://127.0.0.1:$PORT" \
-      --scenario-secs "$SECS" --gateway-arg="--engine-admission=$admission" --out "$f" >/dev/null 2>"$out/run$run-$admission.err"
+      --scenario-secs "$SECS" "${flags[@]}" --out "$f" >/dev/null 2>"$out/run$run-$admission.err"
     python3 - "$f" "$run" "$admission" "$load" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))["engine-overload"]

@@ -21,9 +21,12 @@
 # TRACE=1 keeps every engine admission decision the gateway makes (device, outcome, cost, work
 # ahead, budget, margin: `cloud_gateway::engine::pool` at debug) in $OUT/gateway-runN-SHARE.log.
 #
+# GATEWAY_BIN=PATH runs that cloud-gateway binary instead of this build's (a baseline built from
+# an earlier commit, for a same-run comparison).
+#
 # Usage: deploy/bench/fair_flood.sh
 #   (RUNS=2 SECS=60 DEADLINE_MS=1000 NP=4 BEHAVED_LOAD=0.5 MODEL=qwen2.5-coder-0.5b-instruct
-#    SHARES="line device off" TRACE=)
+#    SHARES="line device off" TRACE= GATEWAY_BIN=)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -65,7 +68,7 @@ for run in $(seq 1 "$RUNS"); do
     f="$out/run$run-$share.json"
     target/release/loadtest --log error abuse --scenarios fair-flood --engine "llamacpp=http://127.0.0.1:$PORT" \
       --scenario-secs "$SECS" --probe-deadline-ms "$DEADLINE_MS" --fair-behaved-load "$BEHAVED_LOAD" \
-      "${flags[@]}" --out "$f" >/dev/null 2>"$out/run$run-$share.err"
+      ${GATEWAY_BIN:+--gateway-bin "$GATEWAY_BIN"} "${flags[@]}" --out "$f" >/dev/null 2>"$out/run$run-$share.err"
     python3 - "$f" "$run" "$share" "$load" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))["fair-flood"]
