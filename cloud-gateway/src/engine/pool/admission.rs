@@ -94,10 +94,6 @@ struct Entry {
     /// What was ahead of it when it was admitted, with the tokens the engine reported for
     /// those requests as their answers came in ([`Load::settle`]).
     ahead: Ahead,
-    /// What was admitted after it while it was in flight: an engine that batches continuously
-    /// runs that beside it, and its prefill slows this request's steps as much as the work
-    /// ahead did.
-    beside: Ahead,
 }
 
 /// One worker's admitted work and its learned cost model.
@@ -175,13 +171,9 @@ impl Load {
     /// it, its session's included: the engine runs that too.
     pub fn reserve_for(&mut self, session: Option<SessionKey>, tokens: usize, now: Instant) -> u64 {
         let ahead = self.ahead();
-        for e in &mut self.entries {
-            e.beside.requests += 1;
-            e.beside.tokens += tokens;
-        }
         let id = self.next_id;
         self.next_id += 1;
-        self.entries.push(Entry { id, session, tokens, since: now, ahead, beside: Ahead::default() });
+        self.entries.push(Entry { id, session, tokens, since: now, ahead });
         id
     }
 
@@ -193,11 +185,9 @@ impl Load {
         let Some(e) = self.entries.iter_mut().find(|e| e.id == id) else { return };
         let (charged, ran) = (e.tokens, tokens.max(1));
         e.tokens = ran;
-        // Every request still here with a later id was admitted while this one was in flight,
-        // and every one with an earlier id had it running beside it.
-        for other in self.entries.iter_mut().filter(|o| o.id != id) {
-            let work = if other.id > id { &mut other.ahead } else { &mut other.beside };
-            work.tokens = (work.tokens + ran).saturating_sub(charged);
+        // Every request still here with a later id was admitted while this one was in flight.
+        for behind in self.entries.iter_mut().filter(|b| b.id > id) {
+            behind.ahead.tokens = (behind.ahead.tokens + ran).saturating_sub(charged);
         }
     }
 
@@ -209,14 +199,11 @@ impl Load {
         let Some(i) = self.entries.iter().position(|e| e.id == id) else { return };
         let e = self.entries.swap_remove(i);
         let ms = now.saturating_duration_since(e.since).as_secs_f64() * 1e3;
-        // What ran before and beside it: counting only the work ahead, every prefill admitted
-        // after it counted as the model's error and padded every later estimate by it.
-        let ran = Ahead { requests: e.ahead.requests + e.beside.requests, tokens: e.ahead.tokens + e.beside.tokens };
-        let predicted = predicted_ms(&self.model, ran, e.tokens);
+        let predicted = predicted_ms(&self.model, e.ahead, e.tokens);
         if answered || ms > predicted {
             let error = (ms - predicted).abs();
             self.error_ms = if self.observed == 0 { error } else { (1.0 - ERROR_WEIGHT) * self.error_ms + ERROR_WEIGHT * error };
-            self.model.observe(ran.requests + 1, ran.tokens + e.tokens, ms);
+            self.model.observe(e.ahead.requests + 1, e.ahead.tokens + e.tokens, ms);
             self.observed += 1;
         }
     }
@@ -532,26 +519,12 @@ mod tests {
         let a = load.reserve(1_000, t0);
         let b = load.reserve(20, t0);
         load.settle(a, 10);
-        // The engine ran both in one batch: 10 tokens and 20, not 1,000 and 20, so 100 ms +
-        // 28 x 1 ms for each, exactly as the model says.
-        load.finish(a, true, t0 + 128 * MS);
+        load.finish(a, true, t0 + 109 * MS);
+        // Behind 10 tokens, not 1,000: 100 ms + 28 x 1 ms, exactly as the model says.
         load.settle(b, 20);
         load.finish(b, true, t0 + 128 * MS);
         assert!(load.margin_ms() < 1.0, "no timing error, no margin: {}", load.margin_ms());
         assert!((load.model().token_ms - 1.0).abs() < 1e-9, "nor a faster time per token: {:?}", load.model());
-    }
-
-    #[test]
-    fn work_admitted_after_a_request_and_run_beside_it_is_no_error_of_the_model() {
-        let t0 = Instant::now();
-        let mut load = Load::new(CostModel { batch_ms: 100.0, token_ms: 1.0 });
-        // A short request, then a long prefill admitted while it runs: a continuous batch runs
-        // both, and the short one is answered with the long one's steps.
-        let short = load.reserve(10, t0);
-        let long = load.reserve(200, t0 + 10 * MS);
-        load.finish(short, true, t0 + 308 * MS);
-        load.finish(long, true, t0 + 318 * MS);
-        assert!(load.margin_ms() < 1.0, "no timing error, no margin: {}", load.margin_ms());
     }
 
     #[test]
