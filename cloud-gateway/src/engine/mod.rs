@@ -367,6 +367,16 @@ impl EngineError {
         }
     }
 
+    /// [`Self::counts_against_worker`] for a failure of a request during which the worker
+    /// answered others (`answered_meanwhile`): a timeout then says the deadline was too short
+    /// for the worker's queue, not that the worker is down. Counted, five of a flood's
+    /// deadline-bound attempts in a row opened the breaker of a llama-server that kept
+    /// answering, and the pool refused every device for its whole pause (BENCHMARKS.md, the
+    /// engine path's fair flood). A hung worker answers nobody, and its timeouts still count.
+    pub fn counts_against_worker_that_answered(&self, answered_meanwhile: bool) -> bool {
+        self.counts_against_worker() && !(matches!(self, Self::Timeout) && answered_meanwhile)
+    }
+
     /// Short label for metrics.
     pub fn label(&self) -> &'static str {
         match self {
@@ -497,5 +507,12 @@ mod tests {
         assert!(!EngineError::ContextTooLong { len: 9 }.is_retryable());
         assert!(!EngineError::Status { status: 400, message: String::new() }.counts_against_worker());
         assert!(EngineError::BadResponse("x".into()).counts_against_worker());
+    }
+
+    #[test]
+    fn a_timeout_counts_against_a_worker_only_if_it_answered_nobody_meanwhile() {
+        assert!(EngineError::Timeout.counts_against_worker_that_answered(false), "hung");
+        assert!(!EngineError::Timeout.counts_against_worker_that_answered(true), "alive, just loaded");
+        assert!(EngineError::BadResponse("x".into()).counts_against_worker_that_answered(true), "a broken answer is broken");
     }
 }

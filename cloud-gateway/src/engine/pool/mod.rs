@@ -139,6 +139,9 @@ pub struct Worker {
     /// Removed from the pool: takes no new request (those in flight finish).
     retired: AtomicBool,
     in_flight: AtomicUsize,
+    /// Requests it has answered: a request that timed out while this grew timed out for its
+    /// deadline, not for the worker ([`EngineError::counts_against_worker_that_answered`]).
+    answers: AtomicU64,
     state: Mutex<WorkerState>,
     /// What is admitted to it, in tokens, and its learned cost model (admission's estimate).
     load: Mutex<Load>,
@@ -213,17 +216,20 @@ impl Worker {
 struct InFlight<'a> {
     worker: &'a Worker,
     decided: bool,
+    /// The worker's answers when it started.
+    answers: u64,
 }
 
 impl<'a> InFlight<'a> {
     fn start(worker: &'a Worker) -> Self {
         let n = worker.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
         metrics::gauge!("duet_gateway_engine_in_flight", "worker" => worker.label.clone()).set(n as f64);
-        Self { worker, decided: false }
+        Self { worker, decided: false, answers: worker.answers.load(Ordering::Acquire) }
     }
 
     fn succeeded(mut self, now: Instant) {
         self.decided = true;
+        self.worker.answers.fetch_add(1, Ordering::AcqRel);
         let t = self.worker.lock().breaker.on_success(now);
         self.worker.record_transition(t);
     }
@@ -232,7 +238,8 @@ impl<'a> InFlight<'a> {
         self.decided = true;
         let t = {
             let mut st = self.worker.lock();
-            if error.counts_against_worker() {
+            let answered_meanwhile = self.worker.answers.load(Ordering::Acquire) > self.answers;
+            if error.counts_against_worker_that_answered(answered_meanwhile) {
                 st.breaker.on_failure(now)
             } else {
                 // A refusal says nothing about the worker's health either way (a 429 must
@@ -293,6 +300,7 @@ impl WorkerSet {
             client,
             retired: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
+            answers: AtomicU64::new(0),
             down: tokio::sync::Notify::new(),
             state: Mutex::new(WorkerState { breaker: CircuitBreaker::new(self.breaker), health: HealthTracker::new(self.health, true) }),
             load: Mutex::new(Load::new(*self.start.lock().unwrap_or_else(|p| p.into_inner()))),
