@@ -212,8 +212,12 @@ impl WorkShare {
     /// `device`'s entry, new ones starting from the least served active device's count (a
     /// device that was away is not owed what it did not ask for meanwhile).
     fn entry(&mut self, device: &Arc<str>, cost: usize, now: Instant) -> &mut Device {
-        let least = self.devices.values().map(|d| d.served).min().unwrap_or(0);
-        self.devices.entry(device.clone()).or_insert(Device { in_flight: 0, requests: 0, asked: cost, seen: now, ticket: None, served: least, admitted: false })
+        // The least served count only for a new device (an entry borrow would hold the map).
+        if !self.devices.contains_key(device) {
+            let least = self.devices.values().map(|d| d.served).min().unwrap_or(0);
+            self.devices.insert(device.clone(), Device { in_flight: 0, requests: 0, asked: cost, seen: now, ticket: None, served: least, admitted: false });
+        }
+        self.devices.entry(device.clone()).or_insert(Device { in_flight: 0, requests: 0, asked: cost, seen: now, ticket: None, served: 0, admitted: false })
     }
 
     /// The most that a device `me` owes room to last asked (0: none), of the asks that fit
