@@ -47,6 +47,18 @@ fn llm_answers_paris_and_writes_code() {
 }
 
 #[test]
+fn huge_pages_change_where_the_weights_live_not_the_tokens() {
+    let prompts: [&[&str]; 2] = [&["--chat", "--prompt", "What is the capital of France?"], &["--prompt", "def fibonacci(n):", "--max-new-tokens", "80"]];
+    for prompt in prompts {
+        let run = |pages: &str| json_of(&edge_node(&[&["generate", "--json", "--huge-pages", pages][..], prompt].concat()));
+        let (on, off) = (run("on"), run("off"));
+        assert!(!on["token_ids"].as_array().unwrap().is_empty());
+        assert_eq!(on["token_ids"], off["token_ids"], "{prompt:?}");
+        assert_eq!(on["top_probs"], off["top_probs"], "{prompt:?}");
+    }
+}
+
+#[test]
 fn seeded_sampling_is_reproducible() {
     let args = ["generate", "--prompt", "Once upon a time", "--temperature", "0.8", "--top-p", "0.9", "--seed", "42", "--max-new-tokens", "16", "--json"];
     let a = json_of(&edge_node(&args));

@@ -204,6 +204,7 @@ impl CausalLm {
         for &r in rows {
             caches[r].push_tokens(tokens[r]);
         }
+        self.advise_grown_memory();
         Ok(results)
     }
 }

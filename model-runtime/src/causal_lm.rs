@@ -49,6 +49,8 @@ pub struct CausalLm {
     max_context: usize,
     pub(crate) cpu: MemoryInfo<'static>,
     pub(crate) workspace: Option<super::batch::BatchWorkspace>,
+    /// When memory allocated since the load is advised too; `None` with huge pages off.
+    regrowth: Option<crate::huge_pages::Regrowth>,
 }
 
 impl std::fmt::Debug for CausalLm {
@@ -185,7 +187,22 @@ impl CausalLm {
         let cpu = MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::Default).map_err(ort_err("cpu memory info"))?;
         let huge = if opts.huge_pages { crate::huge_pages::back_with_huge_pages() } else { Default::default() };
         tracing::info!(model = %m.id, precision = %m.precision, threads, max_context, huge_pages_mib = huge.advised >> 20, collapsed_mib = huge.collapsed >> 20, "model loaded");
-        Ok(Self { session, files, has_position_ids, stop_tokens, max_context, cpu, workspace: None })
+        let regrowth = opts.huge_pages.then(|| crate::huge_pages::Regrowth::after_pass(crate::huge_pages::resident_bytes().unwrap_or(0)));
+        Ok(Self { session, files, has_position_ids, stop_tokens, max_context, cpu, workspace: None, regrowth })
+    }
+
+    /// Advise memory allocated since the last pass onto huge pages once the process has grown
+    /// enough for it to matter (new KV buffers, the arena's buffers for a longer run): a
+    /// statm read, and rarely a pass ([`crate::huge_pages::Regrowth`]).
+    pub(crate) fn advise_grown_memory(&self) {
+        let Some(regrowth) = &self.regrowth else { return };
+        let Some(resident) = crate::huge_pages::resident_bytes() else { return };
+        if regrowth.due(resident) {
+            let done = crate::huge_pages::back_with_huge_pages();
+            let after = crate::huge_pages::resident_bytes().unwrap_or(resident);
+            regrowth.passed(after);
+            tracing::debug!(resident_mib = after >> 20, huge_pages_mib = done.advised >> 20, collapsed_mib = done.collapsed >> 20, "grown memory advised");
+        }
     }
 
     /// What the preparation step recorded about this model.
@@ -236,6 +253,7 @@ impl CausalLm {
             }
             layers.push((ptrs[0], ptrs[1]));
         }
+        self.advise_grown_memory();
         Ok((binding, layers))
     }
 
@@ -299,6 +317,7 @@ impl CausalLm {
             let out = tail.chunks_exact(vocab).map(<[f32]>::to_vec).collect();
             drop(outputs);
             cache.tokens.extend_from_slice(tokens);
+            self.advise_grown_memory();
             return Ok(out);
         }
         // Only the last position's: undo this run and redo the tail one token at a time.
@@ -336,6 +355,10 @@ impl CausalLm {
         out.hidden.extend_from_slice(&hidden[hidden.len() - width..]);
         drop(outputs);
         cache.tokens.extend_from_slice(tokens);
+        if tokens.len() > 1 {
+            // A prefill may have grown the arena; a decode step reuses what the last one freed.
+            self.advise_grown_memory();
+        }
         Ok(())
     }
 }

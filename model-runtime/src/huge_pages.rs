@@ -9,19 +9,76 @@
 //! same files (BENCHMARKS.md, "Edge SLM decoding").
 //!
 //! ONNX Runtime allocates the weights while the session loads. Right after, every anonymous
-//! writable mapping of at least 2 MiB that is almost all resident is advised
+//! writable mapping of at least 2 MiB that is at least half resident is advised
 //! (`MADV_HUGEPAGE`) and collapsed into huge pages at once (`MADV_COLLAPSE`, Linux 6.1+;
 //! where that is refused, the kernel's `khugepaged` collapses advised memory in the
-//! background). Only mostly-resident mappings, so that a thread's reserved stack or an arena's
-//! untouched reserve does not become resident 2 MiB at a time. Nothing changes where
+//! background). Only mappings at least half resident, so that a thread's reserved stack or an
+//! arena's untouched reserve does not become resident 2 MiB at a time; half, not all, because
+//! the heap that holds the KV caches keeps some freed pages at its top. Nothing changes where
 //! transparent huge pages are off (`never`) or on other systems. The choice of mappings is a
 //! pure function of `/proc/self/smaps` ([`candidates`]), tested on its text.
+//!
+//! Memory allocated after the load is worth the same: the KV caches (a step reads every cached
+//! position of every layer) and the arena's buffers for a longer prompt than any before (a
+//! prefill writes logits for every position). Reading `smaps` costs a few milliseconds, so the
+//! pass runs again only once the process has grown by [`REGROWTH`] since the last one
+//! ([`Regrowth`], a pure rule on resident sizes), not on every step.
 
 /// The huge page size on x86-64 and most aarch64 kernels.
 const HUGE: u64 = 2 << 20;
 
-/// A mapping is advised when at least this share of it is resident.
-const MIN_RESIDENT: f64 = 0.9;
+/// A mapping is advised when at least this share of it is resident: collapsing it can make
+/// the rest resident too, so advising never more than doubles what a mapping holds.
+const MIN_RESIDENT: f64 = 0.5;
+
+/// Growth in resident memory since the last pass that makes another pass worth its cost:
+/// one 0.5B KV cache of 1,024 positions (24 MiB) or the logits of a 64-token prefill.
+pub const REGROWTH: u64 = 16 << 20;
+
+/// When to advise again, from the resident size after the last pass (see the module docs).
+#[derive(Debug, Default)]
+pub struct Regrowth {
+    /// Resident bytes right after the last pass, or the lowest seen since (memory given back
+    /// and taken again is new memory to advise).
+    baseline: std::sync::atomic::AtomicU64,
+}
+
+impl Regrowth {
+    /// Start from the resident size after the first pass.
+    pub fn after_pass(resident: u64) -> Self {
+        Self { baseline: resident.into() }
+    }
+
+    /// Whether the process, now `resident` bytes, has grown enough since the last pass to
+    /// advise again; the caller then passes and calls [`Regrowth::passed`]. Shrinking lowers
+    /// the baseline.
+    pub fn due(&self, resident: u64) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let base = self.baseline.fetch_min(resident, Relaxed).min(resident);
+        resident >= base + REGROWTH
+    }
+
+    /// Record a pass that left the process `resident` bytes.
+    pub fn passed(&self, resident: u64) {
+        self.baseline.store(resident, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// This process's resident bytes (`/proc/self/statm`); `None` where that cannot be read.
+#[cfg(target_os = "linux")]
+pub fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf only reads a system constant.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok().filter(|&p| p > 0)?)
+}
+
+/// Elsewhere nothing is advised, so nothing is measured.
+#[cfg(not(target_os = "linux"))]
+pub fn resident_bytes() -> Option<u64> {
+    None
+}
 
 /// An address range to advise, 2 MiB aligned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +99,7 @@ pub struct Advised {
 }
 
 /// The 2 MiB-aligned insides of the anonymous writable mappings in `smaps` (the text of
-/// `/proc/self/smaps`) that are at least 2 MiB and mostly resident.
+/// `/proc/self/smaps`) that are at least 2 MiB and at least half resident.
 pub fn candidates(smaps: &str) -> Vec<Range> {
     let mut out = Vec::new();
     let mut current: Option<(u64, u64)> = None;
@@ -132,6 +189,9 @@ Rss:               16384 kB
 7f0040000000-7f0041000000 r--p 00000000 00:00 0 
 Size:              16384 kB
 Rss:               16384 kB
+7f0050000000-7f0050400000 rw-p 00000000 00:00 0 
+Size:               4096 kB
+Rss:                2600 kB
 7ffd00000000-7ffd00800000 rw-p 00000000 00:00 0 [stack]
 Size:               8192 kB
 Rss:                8192 kB
@@ -147,6 +207,8 @@ Rss:                8192 kB
                 Range { start: 0x55d0c1000000, end: 0x55d0c1a00000 },
                 // A 128 MiB anonymous mapping starting 1 MiB past a boundary: the whole 2 MiB pages inside it.
                 Range { start: 0x7f0000200000, end: 0x7f0008000000 },
+                // 63 % resident, as a heap with freed pages at its top: advised.
+                Range { start: 0x7f0050000000, end: 0x7f0050400000 },
             ]
         );
     }
@@ -157,6 +219,28 @@ Rss:                8192 kB
         for skipped in [0x7f0010000000u64, 0x7f0020000000, 0x7f0030000000, 0x7f0040000000, 0x7ffd00000000, 0x55d0c0000000] {
             assert!(got.iter().all(|r| r.start != skipped), "{skipped:#x} advised: {got:?}");
         }
+    }
+
+    #[test]
+    fn another_pass_is_due_only_after_the_process_grows_by_the_regrowth() {
+        let r = Regrowth::after_pass(500 << 20);
+        assert!(!r.due((500 << 20) + REGROWTH - 1), "short of the regrowth");
+        assert!(r.due((500 << 20) + REGROWTH), "grown by the regrowth");
+        r.passed(530 << 20);
+        assert!(!r.due(540 << 20), "counted from the last pass");
+    }
+
+    #[test]
+    fn memory_given_back_and_taken_again_is_due() {
+        let r = Regrowth::after_pass(600 << 20);
+        assert!(!r.due(560 << 20), "shrinking is never due");
+        assert!(r.due((560 << 20) + REGROWTH), "the regrowth from the lowest size since");
+    }
+
+    #[test]
+    fn this_process_has_a_resident_size() {
+        let kib = resident_bytes().expect("statm on Linux") >> 10;
+        assert!(kib > 100, "{kib} KiB");
     }
 
     #[test]
