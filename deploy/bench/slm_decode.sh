@@ -7,7 +7,8 @@
 #   KEEP=DIR       keep every round's JSON report in DIR (default: a temporary folder, removed)
 #   RUNNERS="duet genai"  who runs: duet (edge-node bench), duet-4k (the same with
 #                  --huge-pages off: the weights on 4 KiB pages, as before they were advised),
-#                  genai (the baseline, always run)
+#                  base (edge-node bench from the binary BASE_BIN names: an earlier build,
+#                  for a before/after in the same run), genai (the baseline, always run)
 # The table gives each figure's median over the rounds and the ratio's spread (min-max of the
 # per-round ratios against genai).
 set -euo pipefail
@@ -26,8 +27,9 @@ run_one() {
   case "$1" in
     duet) ./target/release/edge-node bench --model "$model" --threads "$threads" ;;
     duet-4k) ./target/release/edge-node bench --model "$model" --threads "$threads" --huge-pages off ;;
+    base) "${BASE_BIN:?RUNNERS has base: set BASE_BIN to the edge-node binary of the build to compare}" bench --model "$model" --threads "$threads" ;;
     genai) "$DUET_HOME/venv/bin/python" deploy/bench/genai_baseline.py "$DUET_HOME/models/$model" --threads "$threads" ;;
-    *) echo "RUNNERS: $1 is not duet, duet-4k or genai" >&2; exit 2 ;;
+    *) echo "RUNNERS: $1 is not duet, duet-4k, base or genai" >&2; exit 2 ;;
   esac
 }
 for r in $(seq "$rounds"); do
