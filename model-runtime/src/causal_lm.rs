@@ -50,7 +50,7 @@ pub struct CausalLm {
     pub(crate) cpu: MemoryInfo<'static>,
     pub(crate) workspace: Option<super::batch::BatchWorkspace>,
     /// When memory allocated since the load is advised too; `None` with huge pages off.
-    regrowth: Option<crate::huge_pages::Regrowth>,
+    regrowth: Option<std::sync::Arc<crate::huge_pages::Regrowth>>,
 }
 
 impl std::fmt::Debug for CausalLm {
@@ -187,21 +187,30 @@ impl CausalLm {
         let cpu = MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::Default).map_err(ort_err("cpu memory info"))?;
         let huge = if opts.huge_pages { crate::huge_pages::back_with_huge_pages() } else { Default::default() };
         tracing::info!(model = %m.id, precision = %m.precision, threads, max_context, huge_pages_mib = huge.advised >> 20, collapsed_mib = huge.collapsed >> 20, "model loaded");
-        let regrowth = opts.huge_pages.then(|| crate::huge_pages::Regrowth::after_pass(crate::huge_pages::resident_bytes().unwrap_or(0)));
+        let regrowth = opts.huge_pages.then(|| std::sync::Arc::new(crate::huge_pages::Regrowth::after_pass(crate::huge_pages::resident_bytes().unwrap_or(0))));
         Ok(Self { session, files, has_position_ids, stop_tokens, max_context, cpu, workspace: None, regrowth })
     }
 
     /// Advise memory allocated since the last pass onto huge pages once the process has grown
     /// enough for it to matter (new KV buffers, the arena's buffers for a longer run): a
-    /// statm read, and rarely a pass ([`crate::huge_pages::Regrowth`]).
+    /// statm read here, and rarely a pass on a thread of its own, so that the kernel's
+    /// compaction never delays a step ([`crate::huge_pages::Regrowth`]).
     pub(crate) fn advise_grown_memory(&self) {
         let Some(regrowth) = &self.regrowth else { return };
         let Some(resident) = crate::huge_pages::resident_bytes() else { return };
-        if regrowth.due(resident) {
+        if !regrowth.start_if_due(resident) {
+            return;
+        }
+        let pass = std::sync::Arc::clone(regrowth);
+        let spawned = std::thread::Builder::new().name("duet-huge-pages".into()).spawn(move || {
+            let started = std::time::Instant::now();
             let done = crate::huge_pages::back_with_huge_pages();
-            let after = crate::huge_pages::resident_bytes().unwrap_or(resident);
-            regrowth.passed(after);
-            tracing::debug!(resident_mib = after >> 20, huge_pages_mib = done.advised >> 20, collapsed_mib = done.collapsed >> 20, "grown memory advised");
+            pass.finished();
+            let ms = started.elapsed().as_secs_f64() * 1e3;
+            tracing::debug!(resident_mib = resident >> 20, huge_pages_mib = done.advised >> 20, collapsed_mib = done.collapsed >> 20, ms, "grown memory advised");
+        });
+        if spawned.is_err() {
+            regrowth.finished();
         }
     }
 

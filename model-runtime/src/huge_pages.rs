@@ -20,9 +20,13 @@
 //!
 //! Memory allocated after the load is worth the same: the KV caches (a step reads every cached
 //! position of every layer) and the arena's buffers for a longer prompt than any before (a
-//! prefill writes logits for every position). Reading `smaps` costs a few milliseconds, so the
-//! pass runs again only once the process has grown by [`REGROWTH`] since the last one
-//! ([`Regrowth`], a pure rule on resident sizes), not on every step.
+//! prefill writes logits for every position). A later pass skips what is already on huge
+//! pages, but collapsing new memory can still take the kernel tens to hundreds of
+//! milliseconds (it compacts memory to find free 2 MiB blocks). So a later pass runs only once
+//! the process has grown by [`REGROWTH`] since the last one ([`Regrowth`], a pure rule on
+//! resident sizes: a statm read per check), one at a time, on a thread of its own, never on
+//! the step that found it due (`CausalLm` starts it; the kernel collapses memory under
+//! running threads as its own `khugepaged` does).
 
 /// The huge page size on x86-64 and most aarch64 kernels.
 const HUGE: u64 = 2 << 20;
@@ -38,29 +42,36 @@ pub const REGROWTH: u64 = 16 << 20;
 /// When to advise again, from the resident size after the last pass (see the module docs).
 #[derive(Debug, Default)]
 pub struct Regrowth {
-    /// Resident bytes right after the last pass, or the lowest seen since (memory given back
+    /// Resident bytes when the last pass started, or the lowest seen since (memory given back
     /// and taken again is new memory to advise).
     baseline: std::sync::atomic::AtomicU64,
+    /// A pass is running: no second one beside it.
+    running: std::sync::atomic::AtomicBool,
 }
 
 impl Regrowth {
     /// Start from the resident size after the first pass.
     pub fn after_pass(resident: u64) -> Self {
-        Self { baseline: resident.into() }
+        Self { baseline: resident.into(), running: false.into() }
     }
 
     /// Whether the process, now `resident` bytes, has grown enough since the last pass to
-    /// advise again; the caller then passes and calls [`Regrowth::passed`]. Shrinking lowers
+    /// advise again and no pass is running; if so, the pass is counted as started from
+    /// `resident` and the caller runs it, then calls [`Regrowth::finished`]. Shrinking lowers
     /// the baseline.
-    pub fn due(&self, resident: u64) -> bool {
-        use std::sync::atomic::Ordering::Relaxed;
+    pub fn start_if_due(&self, resident: u64) -> bool {
+        use std::sync::atomic::Ordering::{AcqRel, Relaxed};
         let base = self.baseline.fetch_min(resident, Relaxed).min(resident);
-        resident >= base + REGROWTH
+        if resident < base + REGROWTH || self.running.swap(true, AcqRel) {
+            return false;
+        }
+        self.baseline.store(resident, Relaxed);
+        true
     }
 
-    /// Record a pass that left the process `resident` bytes.
-    pub fn passed(&self, resident: u64) {
-        self.baseline.store(resident, std::sync::atomic::Ordering::Relaxed);
+    /// The pass started by [`Regrowth::start_if_due`] is over (done or given up).
+    pub fn finished(&self) {
+        self.running.store(false, std::sync::atomic::Ordering::Release);
     }
 }
 
@@ -99,26 +110,50 @@ pub struct Advised {
 }
 
 /// The 2 MiB-aligned insides of the anonymous writable mappings in `smaps` (the text of
-/// `/proc/self/smaps`) that are at least 2 MiB and at least half resident.
+/// `/proc/self/smaps`) that are at least 2 MiB, at least half resident and not yet all on
+/// huge pages (a later pass leaves the weights collapsed by the first one alone: asking again
+/// costs the kernel a walk of every page).
 pub fn candidates(smaps: &str) -> Vec<Range> {
     let mut out = Vec::new();
-    let mut current: Option<(u64, u64)> = None;
+    let mut current: Option<Mapping> = None;
     for line in smaps.lines() {
         if let Some(header) = mapping_header(line) {
-            current = header;
+            out.extend(current.take().and_then(Mapping::candidate));
+            current = header.map(|(start, end)| Mapping { start, end, rss: 0, huge: 0 });
             continue;
         }
-        let Some((start, end)) = current else { continue };
-        let Some(rss_kib) = line.strip_prefix("Rss:").and_then(|v| v.trim().strip_suffix("kB")).and_then(|v| v.trim().parse::<u64>().ok()) else {
-            continue;
-        };
-        current = None;
-        let (lo, hi) = (start.div_ceil(HUGE) * HUGE, end / HUGE * HUGE);
-        if hi > lo && (rss_kib * 1024) as f64 >= MIN_RESIDENT * (end - start) as f64 {
-            out.push(Range { start: lo, end: hi });
+        let Some(m) = current.as_mut() else { continue };
+        if let Some(kib) = field_kib(line, "Rss:") {
+            m.rss = kib << 10;
+        } else if let Some(kib) = field_kib(line, "AnonHugePages:") {
+            m.huge = kib << 10;
         }
     }
+    out.extend(current.and_then(Mapping::candidate));
     out
+}
+
+/// One anonymous writable mapping of `smaps` and what of it is resident.
+struct Mapping {
+    start: u64,
+    end: u64,
+    /// Resident bytes.
+    rss: u64,
+    /// Of those, bytes on huge pages already.
+    huge: u64,
+}
+
+impl Mapping {
+    fn candidate(self) -> Option<Range> {
+        let (lo, hi) = (self.start.div_ceil(HUGE) * HUGE, self.end / HUGE * HUGE);
+        let resident = self.rss as f64 >= MIN_RESIDENT * (self.end - self.start) as f64;
+        (hi > lo && resident && self.huge < hi - lo).then_some(Range { start: lo, end: hi })
+    }
+}
+
+/// The value of a `Name:   123 kB` line of `smaps`, when `line` is that field.
+fn field_kib(line: &str, name: &str) -> Option<u64> {
+    line.strip_prefix(name)?.trim().strip_suffix("kB")?.trim().parse().ok()
 }
 
 /// `Some(Some(range))` for the header line of an anonymous writable mapping (or the heap),
@@ -148,9 +183,14 @@ pub fn back_with_huge_pages() -> Advised {
             continue;
         }
         done.advised += len as u64;
-        // SAFETY: as above; a refused collapse leaves the pages as they were.
-        if unsafe { libc::madvise(addr, len, libc::MADV_COLLAPSE) } == 0 {
-            done.collapsed += len as u64;
+        // One huge page at a time: the kernel reports only the last failure of a range, so a
+        // range with one page it cannot collapse (part of a split huge page, say) would
+        // count as none collapsed.
+        for page in (r.start..r.end).step_by(HUGE as usize) {
+            // SAFETY: as above; a refused collapse leaves the pages as they were.
+            if unsafe { libc::madvise(page as usize as *mut libc::c_void, HUGE as usize, libc::MADV_COLLAPSE) } == 0 {
+                done.collapsed += HUGE;
+            }
         }
     }
     done
@@ -192,6 +232,11 @@ Rss:               16384 kB
 7f0050000000-7f0050400000 rw-p 00000000 00:00 0 
 Size:               4096 kB
 Rss:                2600 kB
+AnonHugePages:      2048 kB
+7f0060000000-7f0060400000 rw-p 00000000 00:00 0 
+Size:               4096 kB
+Rss:                4096 kB
+AnonHugePages:      4096 kB
 7ffd00000000-7ffd00800000 rw-p 00000000 00:00 0 [stack]
 Size:               8192 kB
 Rss:                8192 kB
@@ -207,16 +252,16 @@ Rss:                8192 kB
                 Range { start: 0x55d0c1000000, end: 0x55d0c1a00000 },
                 // A 128 MiB anonymous mapping starting 1 MiB past a boundary: the whole 2 MiB pages inside it.
                 Range { start: 0x7f0000200000, end: 0x7f0008000000 },
-                // 63 % resident, as a heap with freed pages at its top: advised.
+                // 63 % resident, as a heap with freed pages at its top, half on huge pages: advised.
                 Range { start: 0x7f0050000000, end: 0x7f0050400000 },
             ]
         );
     }
 
     #[test]
-    fn reserved_small_file_backed_read_only_and_stack_mappings_are_left_alone() {
+    fn reserved_small_file_backed_read_only_stack_and_already_huge_mappings_are_left_alone() {
         let got = candidates(SMAPS);
-        for skipped in [0x7f0010000000u64, 0x7f0020000000, 0x7f0030000000, 0x7f0040000000, 0x7ffd00000000, 0x55d0c0000000] {
+        for skipped in [0x7f0010000000u64, 0x7f0020000000, 0x7f0030000000, 0x7f0040000000, 0x7f0060000000, 0x7ffd00000000, 0x55d0c0000000] {
             assert!(got.iter().all(|r| r.start != skipped), "{skipped:#x} advised: {got:?}");
         }
     }
@@ -224,17 +269,26 @@ Rss:                8192 kB
     #[test]
     fn another_pass_is_due_only_after_the_process_grows_by_the_regrowth() {
         let r = Regrowth::after_pass(500 << 20);
-        assert!(!r.due((500 << 20) + REGROWTH - 1), "short of the regrowth");
-        assert!(r.due((500 << 20) + REGROWTH), "grown by the regrowth");
-        r.passed(530 << 20);
-        assert!(!r.due(540 << 20), "counted from the last pass");
+        assert!(!r.start_if_due((500 << 20) + REGROWTH - 1), "short of the regrowth");
+        assert!(r.start_if_due((500 << 20) + REGROWTH), "grown by the regrowth");
+        r.finished();
+        assert!(!r.start_if_due((500 << 20) + REGROWTH + (8 << 20)), "counted from the last pass's start");
+    }
+
+    #[test]
+    fn no_second_pass_starts_while_one_runs() {
+        let r = Regrowth::after_pass(100 << 20);
+        assert!(r.start_if_due(200 << 20));
+        assert!(!r.start_if_due(400 << 20), "one pass at a time");
+        r.finished();
+        assert!(r.start_if_due(400 << 20), "due again once it is over");
     }
 
     #[test]
     fn memory_given_back_and_taken_again_is_due() {
         let r = Regrowth::after_pass(600 << 20);
-        assert!(!r.due(560 << 20), "shrinking is never due");
-        assert!(r.due((560 << 20) + REGROWTH), "the regrowth from the lowest size since");
+        assert!(!r.start_if_due(560 << 20), "shrinking is never due");
+        assert!(r.start_if_due((560 << 20) + REGROWTH), "the regrowth from the lowest size since");
     }
 
     #[test]
