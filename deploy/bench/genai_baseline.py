@@ -49,6 +49,12 @@ g.append_tokens(filler(32))
 for _ in range(4):
     g.generate_next_token()
 del g
+# The first run of each input length plans and allocates its memory: warm up every timed
+# length once, as `edge-node bench` does.
+for n in [args.prefill_tokens] + contexts:
+    g = new_gen(need)
+    g.append_tokens(filler(max(n, 1)))
+    del g
 
 prefill = []
 for _ in range(args.repeat):

@@ -136,9 +136,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     model.max_context = model.max_context.max(need);
     let (mut lm, tok) = model.load()?;
     let mut cache = lm.new_cache(Some(need))?;
-    // Warm-up: first runs allocate and pack weights.
+    // Warm-up: first runs allocate and pack weights, and the first run of each input length
+    // plans and allocates its memory (ONNX Runtime's memory patterns; the huge-page pass for
+    // memory new to the process, left to finish). genai_baseline.py warms up the same lengths.
     let warm = filler(&tok, 32)?;
     time_decode(&mut lm, &mut cache, &warm, 4)?;
+    for &n in std::iter::once(&args.prefill_tokens).chain(&args.contexts) {
+        cache.clear();
+        lm.forward(&mut cache, &filler(&tok, n.max(1))?)?;
+    }
+    lm.wait_for_huge_pages(std::time::Duration::from_secs(5));
 
     let prompt = filler(&tok, args.prefill_tokens)?;
     let mut prefill = Vec::new();

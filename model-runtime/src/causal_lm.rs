@@ -214,6 +214,16 @@ impl CausalLm {
         }
     }
 
+    /// Wait up to `limit` for a running huge-page pass to finish: a benchmark's warm-up ends
+    /// here, so that no timed run shares the cores with the kernel's compaction.
+    pub fn wait_for_huge_pages(&self, limit: std::time::Duration) {
+        let Some(regrowth) = &self.regrowth else { return };
+        let started = std::time::Instant::now();
+        while regrowth.running() && started.elapsed() < limit {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
     /// What the preparation step recorded about this model.
     pub fn manifest(&self) -> &ModelManifest {
         &self.files.manifest

@@ -73,6 +73,11 @@ impl Regrowth {
     pub fn finished(&self) {
         self.running.store(false, std::sync::atomic::Ordering::Release);
     }
+
+    /// Whether a pass is running now.
+    pub fn running(&self) -> bool {
+        self.running.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 /// This process's resident bytes (`/proc/self/statm`); `None` where that cannot be read.
@@ -280,7 +285,9 @@ Rss:                8192 kB
         let r = Regrowth::after_pass(100 << 20);
         assert!(r.start_if_due(200 << 20));
         assert!(!r.start_if_due(400 << 20), "one pass at a time");
+        assert!(r.running());
         r.finished();
+        assert!(!r.running());
         assert!(r.start_if_due(400 << 20), "due again once it is over");
     }
 
