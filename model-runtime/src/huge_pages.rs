@@ -20,7 +20,7 @@
 //!
 //! Memory allocated after the load is worth the same: the KV caches (a step reads every cached
 //! position of every layer) and the arena's buffers for a longer prompt than any before (a
-//! prefill writes logits for every position). A later pass skips what is already on huge
+//! prefill writes every layer's activations for every position). A later pass skips what is already on huge
 //! pages, but collapsing new memory can still take the kernel tens to hundreds of
 //! milliseconds (it compacts memory to find free 2 MiB blocks). So a later pass runs only once
 //! the process has grown by [`REGROWTH`] since the last one ([`Regrowth`], a pure rule on
@@ -36,10 +36,11 @@ const HUGE: u64 = 2 << 20;
 const MIN_RESIDENT: f64 = 0.5;
 
 /// Growth in resident memory since the last pass that makes another pass worth its cost:
-/// one 0.5B KV cache of 1,024 positions (24 MiB) or the logits of a 64-token prefill.
+/// less than one 0.5B KV cache of 1,024 positions (24 MiB).
 pub const REGROWTH: u64 = 16 << 20;
 
-/// When to advise again, from the resident size after the last pass (see the module docs).
+/// When to advise again, from the resident size when the last pass started (see the module
+/// docs).
 #[derive(Debug, Default)]
 pub struct Regrowth {
     /// Resident bytes when the last pass started, or the lowest seen since (memory given back
