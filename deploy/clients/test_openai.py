@@ -62,6 +62,8 @@ class Process:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            self.proc.wait()
+        self.log.close()
         os.unlink(self.log.name)
 
 

@@ -14,6 +14,7 @@ mod support;
 mod replicas;
 
 use std::path::Path;
+use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -350,4 +351,48 @@ async fn a_link_moves_to_the_other_replica_at_once_and_the_drained_one_finishes_
     for gw in gws {
         gw.shutdown().await;
     }
+}
+
+/// `edge-node serve` stopped the way services are stopped (SIGTERM from `kill`, systemd or
+/// Kubernetes) exits 0 and closes its gateway connection on the way out, so the gateway frees
+/// it at once instead of after its idle timeout; a drain would otherwise wait that long for a
+/// device that is already gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_service_stopped_by_sigterm_closes_its_gateway_connection_on_the_way_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start_gateway(dir.path(), TINY).await;
+    let (addr, ca) = (gw.local_addr().unwrap().to_string(), dir.path().join("cert.pem"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut serve = GatewayProcess::from_child(
+        Command::new(bin("edge-node"))
+            .args(["serve", "--model", TINY, "--threads", "1", "--listen", &format!("127.0.0.1:{port}"), "--gateway", &addr])
+            .args(["--ca-cert", ca.to_str().unwrap(), "--tau", "1", "--deadline-min-ms", "20000", "--deadline-max-ms", "20000"])
+            .env_remove("DUET_MODEL")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("http://127.0.0.1:{port}/v1/completions");
+    let started = Instant::now();
+    let answer = loop {
+        let body = serde_json::json!({"model": TINY, "prompt": "hi", "max_tokens": 2});
+        match reqwest::Client::new().post(&url).json(&body).send().await {
+            Ok(resp) => break resp.json::<serde_json::Value>().await.unwrap(),
+            Err(_) => assert!(started.elapsed() < Duration::from_secs(30), "serve did not come up"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(answer["choices"][0]["text"].is_string(), "{answer}");
+    assert_eq!(gw.shared.connections.load(Ordering::Relaxed), 1, "routed through the gateway");
+
+    let status = Command::new("kill").args(["-TERM", &serve.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let status = tokio::task::block_in_place(|| serve.wait_exit(Duration::from_secs(5))).expect("serve exits within 5 s of SIGTERM");
+    assert!(status.success(), "a graceful stop, not death by signal: {status:?}");
+    let stopped = Instant::now();
+    while gw.shared.connections.load(Ordering::Relaxed) != 0 {
+        assert!(stopped.elapsed() < Duration::from_secs(2), "the gateway frees the connection long before its idle timeout");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    gw.shutdown().await;
 }

@@ -163,18 +163,32 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         });
         let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
         eprintln!("edge-node serving the OpenAI API on http://{} (mode {:?})", listener.local_addr()?, default_mode);
-        let served = axum::serve(listener, http::routes(state)).with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
-        .context("HTTP server");
+        let served = axum::serve(listener, http::routes(state)).with_graceful_shutdown(stop_requested()).await.context("HTTP server");
         // Close the gateway connections before the runtime goes, or the gateway holds them
-        // until its idle timeout.
+        // until its idle timeout (and a draining gateway waits that long for them).
         if let Some(link) = leaving {
             link.close().await;
         }
         served
     })
+}
+
+/// Resolves on Ctrl-C or SIGTERM, what `kill`, systemd and Kubernetes send to stop a service:
+/// either ends the server the same way, its gateway connections closed.
+async fn stop_requested() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut sigterm) => {
+                sigterm.recv().await;
+            }
+            // Without a SIGTERM handler the default one ends the process; Ctrl-C still works.
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
 }
 
 #[cfg(test)]

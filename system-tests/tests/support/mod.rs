@@ -76,6 +76,18 @@ impl GatewayProcess {
         Self(child)
     }
 
+    /// Wait up to `timeout` for it to exit by itself; its exit status, `None` if it did not.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let until = Instant::now() + timeout;
+        while Instant::now() < until {
+            if let Some(status) = self.0.try_wait().expect("try_wait") {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        None
+    }
+
     /// Kill it now (like a crash: no connection close is sent) and reap it.
     pub fn kill(&mut self) {
         let _ = self.0.kill();
