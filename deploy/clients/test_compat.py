@@ -38,6 +38,7 @@ class AcceptedAndRefused(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
+        cls.client.close()
         cls.tiny.stop()
 
     def chat(self, **kw):
@@ -164,6 +165,7 @@ class RoutedLogprobs(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
+        cls.client.close()
         cls.tiny.stop()
 
     def test_cloud_tokens_carry_the_slms_logprobs(self):

@@ -82,6 +82,7 @@ class LocalServer(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
+        cls.client.close()
         cls.server.stop()
 
     def test_models_lists_the_devices_slm(self):
@@ -181,6 +182,7 @@ class RoutedServer(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
+        cls.client.close()
         cls.server.stop()
         cls.gateway.stop()
         cls.dir.cleanup()

@@ -72,6 +72,7 @@ class Playground(unittest.TestCase):
             browser = subprocess.Popen([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1000,720",
                                         f"--remote-debugging-port={devtools_port}", f"--user-data-dir={d}/profile", "about:blank"],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            tab = None
             try:
                 tab = DevTools(devtools_port)
                 tab.call("Page.enable")
@@ -91,6 +92,8 @@ class Playground(unittest.TestCase):
                 shot.parent.mkdir(parents=True, exist_ok=True)
                 shot.write_bytes(base64.b64decode(tab.call("Page.captureScreenshot", format="png")["data"]))
             finally:
+                if tab is not None:
+                    tab.ws.close()
                 browser.kill()
                 browser.wait()
                 server.stop()
