@@ -39,6 +39,13 @@ layers, kv_heads, head = cfg["num_hidden_layers"], cfg["num_key_value_heads"], c
 ids = np.array([[(i * 7919) % 150000 for i in range(args.tokens)]], dtype=np.int64)
 
 
+def projection(node_name):
+    """The projection a MatMulNBits node computes, the same in every layer: `/model/layers.3/mlp/
+    gate_proj/MatMul_Q4` is `gate_proj`, `/lm_head/MatMul_Q4` is `lm_head`."""
+    parts = node_name.split("/")
+    return parts[4] if len(parts) > 5 else parts[1]
+
+
 def session(profile_dir=None):
     so = ort.SessionOptions()
     so.intra_op_num_threads = args.threads
@@ -77,9 +84,7 @@ by_op, by_matmul = collections.Counter(), collections.Counter()
 for e in nodes:
     by_op[e["args"]["op_name"]] += e["dur"]
     if e["args"]["op_name"] == "MatMulNBits":
-        # Names look like /model/layers.3/mlp/gate_proj/MatMul_Q4: group the layers' same projection.
-        parts = e["name"].split("/")
-        by_matmul[parts[4] if len(parts) > 5 else parts[1]] += e["dur"]
+        by_matmul[projection(e["name"].removesuffix("_kernel_time"))] += e["dur"]
 total = sum(by_op.values())
 print(f"{os.path.basename(args.model_dir)}, {args.tokens}-token prefill, {args.threads} threads, "
       f"onnxruntime {ort.__version__}; run {last['dur'] / 1e3:.0f} ms")
@@ -91,10 +96,8 @@ shapes = {}
 graph = onnx.load(f"{args.model_dir}/model.onnx", load_external_data=False).graph
 for n in graph.node:
     if n.op_type == "MatMulNBits":
-        parts = n.name.split("/")
-        key = parts[4] if len(parts) > 5 else parts[1]
         a = {x.name: onnx.helper.get_attribute_value(x) for x in n.attribute}
-        shapes[key] = shapes.get(key, 0) + a["K"] * a["N"]
+        shapes[projection(n.name)] = shapes.get(projection(n.name), 0) + a["K"] * a["N"]
 print("\n| matrix multiply (all layers) | ms | rate (G int ops/s) |\n|---|---|---|")
 for key, us in by_matmul.most_common():
     rows = 1 if key == "lm_head" else args.tokens  # the graph runs the head on the last position only

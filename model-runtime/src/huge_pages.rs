@@ -20,9 +20,9 @@
 //!
 //! Memory allocated after the load is worth the same: the KV caches (a step reads every cached
 //! position of every layer) and the arena's buffers for a longer prompt than any before (a
-//! prefill writes every layer's activations for every position). A later pass skips what is already on huge
-//! pages, but collapsing new memory can still take the kernel tens to hundreds of
-//! milliseconds (it compacts memory to find free 2 MiB blocks). So a later pass runs only once
+//! prefill writes every layer's activations for every position). A later pass skips what is
+//! already on huge pages, but collapsing new memory can still take the kernel tens to hundreds
+//! of milliseconds (it compacts memory to find free 2 MiB blocks). So a later pass runs only once
 //! the process has grown by [`REGROWTH`] since the last one ([`Regrowth`], a pure rule on
 //! resident sizes: a statm read per check), one at a time, on a thread of its own, never on
 //! the step that found it due (`CausalLm` starts it; the kernel collapses memory under
