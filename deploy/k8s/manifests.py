@@ -12,7 +12,16 @@ checks and the local stand-in of the cluster. Needs PyYAML (deploy/k8s/check's v
                                an HPA metric's PromQL as prometheus-adapter renders it for POD...
                                (default: the first adapter rule's, the in-flight count)
   adapter-metrics              the custom metrics the adapter rules serve, one a line
+  enrolment                    fail unless cert-manager's device enrolment (k8s/enrolment/
+                               cert-manager) issues client certificates the gateway accepts
+  shipped-configs FILE...      fail if a gateway.toml relies on a shared device token
+                               (auth-token); note those that listen beyond loopback without
+                               client-ca (the gateway refuses to start with them)
   prom-vector LABEL...         a Prometheus query answer (stdin) as one line
+  local-identity ROOT          the DUET_* variables that give a local gateway process the
+                               identity files (client-ca, client-crl, revoked-file) where the pod
+                               mounts them: ROOT/<Secret or ConfigMap name>/<file>; fails
+                               without client-ca
   local-prometheus SPEC        a Prometheus config scraping local processes as the
                                ServiceMonitors would scrape the pods (SPEC below)
 
@@ -35,7 +44,7 @@ ADAPTER = ROOT / "k8s/monitoring/prometheus-adapter-values.yaml"
 GATEWAY_IMAGE = "duet/cloud-gateway"
 # Read by the binary but not a flag (where models and ONNX Runtime are looked for).
 GATEWAY_ENV_NOT_FLAGS = {"DUET_HOME"}
-CRD_GROUPS = ("monitoring.coreos.com/",)
+CRD_GROUPS = ("monitoring.coreos.com/", "cert-manager.io/")
 
 
 def docs() -> list[dict]:
@@ -118,6 +127,7 @@ def check_consistency(items: list[dict], help_text: str, llama_help: str | None)
     services = {s["metadata"]["name"]: s for s in by_kind(items, "Service")}
     errors += check_engines(items, engines, services)
     errors += check_drain(items, cfg)
+    errors += check_identity(items, cfg)
 
     # 3. The model the gateway reads first is the one its init container waits for, and the
     #    models Job prepares it.
@@ -258,6 +268,168 @@ def check_drain(items: list[dict], cfg: dict) -> list[str]:
     return errors
 
 
+def gateway_containers(items: list[dict]):
+    """(workload, pod spec, container) for every container running the gateway's image."""
+    for workload, spec in pod_specs(items):
+        for c in spec.get("containers", []):
+            if image_name(c["image"]) == GATEWAY_IMAGE:
+                yield workload, spec, c
+
+
+def mounted_file(spec: dict, container: dict, path: str) -> tuple[dict, dict] | None:
+    """The (volumeMount, volume) that `path` in `container` lies in, if any (the deepest)."""
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    best = None
+    for m in container.get("volumeMounts", []):
+        root = m["mountPath"].rstrip("/") + "/"
+        if (path == m["mountPath"] or path.startswith(root)) and (best is None or len(root) > len(best[0]["mountPath"].rstrip("/") + "/")):
+            best = (m, volumes.get(m["name"], {}))
+    return best
+
+
+def check_identity(items: list[dict], cfg: dict) -> list[str]:
+    """Devices are verified by certificate, never by a shared token: gateway.toml sets
+    `client-ca` (a gateway listening beyond loopback refuses to start without it) and no
+    `auth-token`; no gateway container gets DUET_AUTH_TOKEN or a Secret key named auth-token;
+    the CA certificate is a file of a mounted Secret or ConfigMap that carries nothing else (the
+    CA's key never goes into the cluster); the CRLs and the deny list are files of a ConfigMap
+    or Secret mounted as a folder (a subPath mount never sees the operator's update, so a
+    revocation would never arrive)."""
+    errors: list[str] = []
+    if "auth-token" in cfg:
+        errors.append("gateway.toml: auth-token is a shared device token (any holder may claim any device id): devices authenticate with certificates (client-ca)")
+    if cfg.get("insecure-unverified-devices"):
+        errors.append("gateway.toml: insecure-unverified-devices lets any device act as any other: devices authenticate with certificates (client-ca)")
+    ca = cfg.get("client-ca")
+    if not ca:
+        errors.append("gateway.toml: no client-ca: devices would be unverified (whatever their Hello claims); a gateway listening beyond loopback refuses to start without it")
+    crls = cfg.get("client-crl", [])
+    crls = [crls] if isinstance(crls, str) else list(crls)
+    revoked = [cfg["revoked-file"]] if cfg.get("revoked-file") else []
+    for d in items:
+        if d.get("kind") == "Secret" and "auth-token" in {**d.get("data", {}), **d.get("stringData", {})}:
+            errors.append(f"Secret/{d['metadata']['name']}: an auth-token key (a shared device token) is shipped")
+    for workload, spec, c in gateway_containers(items):
+        where = f"{workload['kind']}/{workload['metadata']['name']} container {c['name']}"
+        for e in c.get("env", []):
+            ref = e.get("valueFrom", {}).get("secretKeyRef", {})
+            if e["name"] == "DUET_AUTH_TOKEN" or ref.get("key") == "auth-token":
+                errors.append(f"{where}: {e['name']} gives the gateway a shared device token; devices authenticate with certificates (client-ca)")
+        if c.get("envFrom"):
+            errors.append(f"{where}: envFrom would let a Secret or ConfigMap set any DUET_* variable (DUET_AUTH_TOKEN too): name each variable")
+        if ca:
+            hit = mounted_file(spec, c, ca)
+            source = hit and (hit[1].get("secret") or hit[1].get("configMap"))
+            if not hit or not source:
+                errors.append(f"{where}: client-ca {ca} is in no mounted Secret or ConfigMap (the fleet CA's certificate)")
+            else:
+                name = ca[len(hit[0]["mountPath"].rstrip("/")) + 1:]
+                items_ = source.get("items")
+                if hit[0].get("subPath"):
+                    errors.append(f"{where}: client-ca {ca} comes through a subPath mount (a renewed CA certificate would never arrive)")
+                if items_ is None or [i["path"] for i in items_] != [name]:
+                    errors.append(f"{where}: volume {hit[0]['name']} must mount only {name} (items), so that a CA key put in the same object never reaches the pod")
+                if source.get("optional"):
+                    errors.append(f"{where}: volume {hit[0]['name']} (client-ca) is optional: a pod without the fleet CA must not start")
+        for kind, files in (("client-crl", crls), ("revoked-file", revoked)):
+            for f in files:
+                hit = mounted_file(spec, c, f)
+                if not hit or not (hit[1].get("configMap") or hit[1].get("secret")):
+                    errors.append(f"{where}: {kind} {f} is in no mounted ConfigMap or Secret (the operator's revocations)")
+                elif hit[0].get("subPath"):
+                    errors.append(f"{where}: {kind} {f} comes through a subPath mount: the kubelet never updates those, so a revocation would never reach the gateway")
+    return errors
+
+
+IDENTITY_FILES = (("client-ca", "DUET_CLIENT_CA"), ("client-crl", "DUET_CLIENT_CRL"), ("revoked-file", "DUET_REVOKED_FILE"))
+
+
+def local_identity(items: list[dict], root: str) -> list[str]:
+    """`VAR=PATH` for each identity file of gateway.toml, PATH being where a local stand-in
+    keeps the file of the Secret or ConfigMap the gateway pod mounts it from:
+    ROOT/<object name>/<path inside the mount>."""
+    cfg = settings(tomllib.loads(gateway_toml(items)))
+    if not cfg.get("client-ca"):
+        sys.exit("gateway.toml sets no client-ca: the overlay verifies no device")
+    _, spec, c = next(gateway_containers(items))
+    out = []
+    for key, var in IDENTITY_FILES:
+        files = cfg.get(key) or []
+        local = []
+        for f in [files] if isinstance(files, str) else files:
+            hit = mounted_file(spec, c, f)
+            source = hit and (hit[1].get("secret") or hit[1].get("configMap"))
+            if not source:
+                sys.exit(f"gateway.toml's {key} {f} is in no mounted Secret or ConfigMap")
+            name = source.get("secretName") or source.get("name")
+            local.append(f"{root}/{name}/{f[len(hit[0]['mountPath'].rstrip('/')) + 1:]}")
+        if local:
+            out.append(f"{var}={','.join(local)}")
+    return out
+
+
+def shipped_configs(paths: list[str]) -> tuple[list[str], list[str]]:
+    """(errors, notes) over gateway.toml files: a shared device token (auth-token) is an
+    error; listening beyond loopback without client-ca is a note (the gateway refuses to start
+    with such a file unless it says insecure-unverified-devices)."""
+    errors, notes = [], []
+    for p in paths:
+        cfg = settings(tomllib.loads(Path(p).read_text()))
+        if "auth-token" in cfg:
+            errors.append(f"{p}: auth-token (a shared device token) is set")
+        listen = str(cfg.get("listen", "127.0.0.1:4433"))
+        host = listen.rsplit(":", 1)[0].strip("[]")
+        loopback = host in ("localhost", "::1") or host.startswith("127.")
+        verified = cfg.get("client-ca") or cfg.get("device-token-secret")
+        if not loopback and not verified and not cfg.get("insecure-unverified-devices"):
+            notes.append(f"{p}: listens on {listen} without client-ca or device-token-secret (the gateway refuses to start with it)")
+        if cfg.get("insecure-unverified-devices"):
+            notes.append(f"{p}: insecure-unverified-devices: any device may act as any other")
+    return errors, notes
+
+
+# What the gateway takes as a device id (common::device_id and the deny list's serial prefix).
+DEVICE_ID_MAX_BYTES = 128
+SERIAL_PREFIX = "serial:"
+
+
+def check_enrolment(items: list[dict]) -> list[str]:
+    """cert-manager's device enrolment issues what the gateway accepts: every Certificate is
+    signed by an Issuer of these manifests that is a CA issuer, names its device in commonName
+    (a valid device id: the gateway reads nothing else), is for TLS client authentication and
+    not a server or a CA, with an ECDSA P-256 key as `cloud-gateway ca issue` makes; and the
+    CA's key stays out of the gateways' namespace."""
+    errors: list[str] = []
+    issuers = {d["metadata"]["name"]: d for d in by_kind(items, "Issuer")}
+    certs = by_kind(items, "Certificate")
+    if not certs:
+        errors.append("no Certificate: the example device is missing")
+    for name, issuer in issuers.items():
+        if "ca" not in issuer.get("spec", {}) or not issuer["spec"]["ca"].get("secretName"):
+            errors.append(f"Issuer/{name}: not a CA issuer with a secretName (the fleet CA's certificate and key)")
+        if issuer["metadata"].get("namespace") == "duet":
+            errors.append(f"Issuer/{name}: in namespace duet, the gateways': the fleet CA's key would sit beside them")
+    for c in certs:
+        n, spec = c["metadata"]["name"], c.get("spec", {})
+        ref = spec.get("issuerRef", {})
+        if ref.get("kind", "Issuer") != "Issuer" or ref.get("name") not in issuers:
+            errors.append(f"Certificate/{n}: issuerRef {ref} is not an Issuer of these manifests ({sorted(issuers)})")
+        cn = spec.get("commonName", "")
+        if not cn or len(cn.encode()) > DEVICE_ID_MAX_BYTES or any(ord(ch) < 0x20 or ord(ch) == 0x7f for ch in cn) or cn.startswith(SERIAL_PREFIX) or cn.strip() != cn:
+            errors.append(f"Certificate/{n}: commonName {cn!r} is not a device id (1-{DEVICE_ID_MAX_BYTES} bytes, no control characters or padding, not `{SERIAL_PREFIX}...`)")
+        usages = set(spec.get("usages", []))
+        if "client auth" not in usages or {"server auth", "cert sign", "crl sign"} & usages:
+            errors.append(f"Certificate/{n}: usages {sorted(usages)} must include `client auth` and no server or CA usage")
+        if spec.get("isCA"):
+            errors.append(f"Certificate/{n}: isCA: a device certificate must not sign others")
+        key = spec.get("privateKey", {})
+        if (key.get("algorithm"), int(key.get("size", 0))) != ("ECDSA", 256):
+            errors.append(f"Certificate/{n}: privateKey {key} is not ECDSA P-256")
+        if not spec.get("secretName"):
+            errors.append(f"Certificate/{n}: no secretName")
+    return errors
+
+
 def adapter_metrics() -> list[str]:
     """The custom metrics the adapter rules serve, in their order."""
     return [r["name"]["as"] for r in yaml.safe_load(ADAPTER.read_text())["rules"]["custom"]]
@@ -327,6 +499,13 @@ def main() -> int:
     if cmd == "adapter-metrics":
         print("\n".join(adapter_metrics()))
         return 0
+    if cmd == "shipped-configs":
+        errors, notes = shipped_configs(args)
+        for e in errors:
+            print(f"FAIL {e}")
+        for n in notes:
+            print(f"NOTE {n}")
+        return 1 if errors else 0
     items = docs()
     if cmd == "gateway-toml":
         sys.stdout.write(gateway_toml(items))
@@ -341,6 +520,13 @@ def main() -> int:
     elif cmd == "consistency":
         llama = Path(args[1]).read_text() if len(args) > 1 and args[1] else None
         errors = check_consistency(items, Path(args[0]).read_text(), llama)
+        for e in errors:
+            print(f"FAIL {e}")
+        return 1 if errors else 0
+    elif cmd == "local-identity":
+        print("\n".join(local_identity(items, args[0])))
+    elif cmd == "enrolment":
+        errors = check_enrolment(items)
         for e in errors:
             print(f"FAIL {e}")
         return 1 if errors else 0
