@@ -393,6 +393,39 @@ DEVICE_ID_MAX_BYTES = 128
 SERIAL_PREFIX = "serial:"
 
 
+# The fields of cert-manager's v1 API that its CRDs accept where the enrolment uses them
+# (kubernetes-validate has no schema for them): a misspelt field would otherwise be dropped
+# by the API server without a word (a renewBefore never applied).
+CERT_MANAGER_FIELDS = {
+    "Certificate.spec": {"secretName", "commonName", "duration", "renewBefore", "renewBeforePercentage", "usages", "privateKey", "issuerRef",
+                         "dnsNames", "uris", "emailAddresses", "ipAddresses", "otherNames", "subject", "literalSubject", "isCA",
+                         "secretTemplate", "revisionHistoryLimit", "keystores", "additionalOutputFormats", "nameConstraints", "encodeUsagesInRequest"},
+    "Certificate.spec.privateKey": {"algorithm", "size", "encoding", "rotationPolicy"},
+    "Certificate.spec.issuerRef": {"name", "kind", "group"},
+    "Issuer.spec": {"ca", "selfSigned", "acme", "vault", "venafi"},
+    "Issuer.spec.ca": {"secretName", "crlDistributionPoints", "ocspServers", "issuingCertificateURLs"},
+}
+CERT_MANAGER_USAGES = {"signing", "digital signature", "content commitment", "key encipherment", "key agreement", "data encipherment",
+                       "cert sign", "crl sign", "encipher only", "decipher only", "any", "server auth", "client auth", "code signing",
+                       "email protection", "s/mime", "ipsec end system", "ipsec tunnel", "ipsec user", "timestamping", "ocsp signing",
+                       "microsoft sgc", "netscape sgc"}
+
+
+def unknown_fields(kind: str, name: str, spec: dict) -> list[str]:
+    """Fields of a cert-manager object outside CERT_MANAGER_FIELDS."""
+    errors = []
+    for where, allowed in CERT_MANAGER_FIELDS.items():
+        obj_kind, *path = where.split(".")
+        if obj_kind != kind:
+            continue
+        node = {"spec": spec}
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        for field in sorted(set(node or {}) - allowed):
+            errors.append(f"{kind}/{name}: unknown field {where.split('.', 1)[1]}.{field} (cert-manager v1)")
+    return errors
+
+
 def check_enrolment(items: list[dict]) -> list[str]:
     """cert-manager's device enrolment issues what the gateway accepts: every Certificate is
     signed by an Issuer of these manifests that is a CA issuer, names its device in commonName
@@ -405,12 +438,16 @@ def check_enrolment(items: list[dict]) -> list[str]:
     if not certs:
         errors.append("no Certificate: the example device is missing")
     for name, issuer in issuers.items():
+        errors += unknown_fields("Issuer", name, issuer.get("spec", {}))
         if "ca" not in issuer.get("spec", {}) or not issuer["spec"]["ca"].get("secretName"):
             errors.append(f"Issuer/{name}: not a CA issuer with a secretName (the fleet CA's certificate and key)")
         if issuer["metadata"].get("namespace") == "duet":
             errors.append(f"Issuer/{name}: in namespace duet, the gateways': the fleet CA's key would sit beside them")
     for c in certs:
         n, spec = c["metadata"]["name"], c.get("spec", {})
+        errors += unknown_fields("Certificate", n, spec)
+        for u in sorted(set(spec.get("usages", [])) - CERT_MANAGER_USAGES):
+            errors.append(f"Certificate/{n}: `{u}` is not a cert-manager key usage")
         ref = spec.get("issuerRef", {})
         if ref.get("kind", "Issuer") != "Issuer" or ref.get("name") not in issuers:
             errors.append(f"Certificate/{n}: issuerRef {ref} is not an Issuer of these manifests ({sorted(issuers)})")
