@@ -1,5 +1,13 @@
 //! `POST /v1/chat/completions` and `POST /v1/completions`: read the body, check what the
 //! server can do, queue one job per choice (one after another) and answer.
+//!
+//! A request's choices are queued one at a time, each once the one before has finished, so a
+//! request that arrives meanwhile is served between two of them: another client waits for at
+//! most one choice, not for all `n`. Within a choice there is no interleaving: the one model
+//! and its KV cache serve one generation at a time, and switching mid-answer would throw away
+//! the cache. What one choice, and one request in all, may generate is therefore bounded
+//! instead (`--max-request-tokens`, 400 beyond it), which bounds both how long a request can
+//! hold the device and how long another waits behind it.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -10,7 +18,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use common::sampling::SamplingParams;
+use common::sampling::{SamplingError, SamplingParams};
 use edge_node::bundles::RoutingAsk;
 use model_runtime::chat::render_turns;
 use model_runtime::{fit_prompt, PromptPolicy};
@@ -82,6 +90,7 @@ async fn answer(s: &Arc<AppState>, inputs: Vec<Input>, p: Params, kind: Kind, ec
             detail: ErrorDetail { message: e.to_string(), kind: "invalid_request_error", param: Some(param.into()), code: Some("context_length_exceeded") },
         })?;
     }
+    let budgets = budget(s, &inputs, &p, plan.max_tokens)?;
     let head = Head {
         id: format!("{}-{}", if kind == Kind::Chat { "chatcmpl" } else { "cmpl" }, s.next_id.fetch_add(1, Ordering::Relaxed)),
         created: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
@@ -98,14 +107,14 @@ async fn answer(s: &Arc<AppState>, inputs: Vec<Input>, p: Params, kind: Kind, ec
     };
     let scoring = p.logprobs.map(|top| Scoring { top, echo });
     if p.stream {
-        let rx = submit(s, &plan, &inputs[0].ids, p.stop.clone(), p.seed, None)?;
+        let rx = submit(s, &plan, &inputs[0].ids, budgets[0], p.stop.clone(), p.seed, None)?;
         return Ok(stream(head, rx).into_response());
     }
     let mut choices = Vec::with_capacity(inputs.len() * p.n);
-    for input in &inputs {
+    for (input, &max_tokens) in inputs.iter().zip(&budgets) {
         for i in 0..p.n {
             let seed = p.seed.map(|seed| seed.wrapping_add(i as u64));
-            let rx = submit(s, &plan, &input.ids, p.stop.clone(), seed, scoring)?;
+            let rx = submit(s, &plan, &input.ids, max_tokens, p.stop.clone(), seed, scoring)?;
             choices.push(collect(s, rx, input, kind, echo).await?);
         }
     }
@@ -119,7 +128,13 @@ fn plan(s: &AppState, p: &Params) -> Result<Plan, ApiError> {
         return Err(ApiError::invalid("`max_tokens` must be at least 1", Some("max_tokens")));
     }
     let sampling = SamplingParams { temperature: p.temperature.unwrap_or(1.0), top_k: 0, top_p: p.top_p.unwrap_or(1.0), seed: p.seed };
-    sampling.validate().map_err(|e| ApiError::invalid(e.to_string(), Some(if p.temperature.is_some_and(|t| !(0.0..).contains(&t)) { "temperature" } else { "top_p" })))?;
+    sampling.validate().map_err(|e| {
+        let param = match e {
+            SamplingError::TopP(_) => "top_p",
+            _ => "temperature",
+        };
+        ApiError::invalid(e.to_string(), Some(param))
+    })?;
     if p.stop.len() > 4 {
         return Err(ApiError::invalid("at most 4 stop sequences", Some("stop")));
     }
@@ -153,12 +168,41 @@ fn plan(s: &AppState, p: &Params) -> Result<Plan, ApiError> {
     Ok(Plan { max_tokens, sampling, mode, tau, rate_control, routing })
 }
 
-/// Queue one generation; 429 at once when the queue is full.
-fn submit(s: &AppState, plan: &Plan, prompt: &[u32], stops: Vec<String>, seed: Option<u64>, scoring: Option<Scoring>) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
+/// Each prompt's `max_tokens`, checked. A value the request gives must fit in the context beside
+/// the prompt (400 `context_length_exceeded` naming the room, as OpenAI answers), never cut
+/// silently; the server's default is cut to the room instead, and an answer that reaches it
+/// says `finish_reason: "length"`. All the choices together (prompts × `n`) may generate at
+/// most `--max-request-tokens`: one request cannot hold the device for longer than that.
+fn budget(s: &AppState, inputs: &[Input], p: &Params, max_tokens: usize) -> Result<Vec<usize>, ApiError> {
+    let mut budgets = Vec::with_capacity(inputs.len());
+    for input in inputs {
+        let room = s.max_context.saturating_sub(input.ids.len());
+        if p.max_tokens.is_some() && max_tokens > room {
+            let message = format!("`max_tokens` {max_tokens} does not fit: the prompt takes {} of the model's {}-token context, which leaves {room}; ask for at most {room}", input.ids.len(), s.max_context);
+            return Err(ApiError { status: StatusCode::BAD_REQUEST, detail: ErrorDetail { message, kind: "invalid_request_error", param: Some("max_tokens".into()), code: Some("context_length_exceeded") } });
+        }
+        budgets.push(max_tokens.min(room));
+    }
+    let total = budgets.iter().map(|b| b.saturating_mul(p.n)).fold(0, usize::saturating_add);
+    let limit = s.max_request_tokens;
+    if total <= limit {
+        return Ok(budgets);
+    }
+    let asked = if p.max_tokens.is_some() { format!("`max_tokens` {max_tokens}") } else { format!("`max_tokens` {max_tokens} (the server's default)") };
+    Err(match (p.n, inputs.len()) {
+        (1, 1) => ApiError::invalid(format!("{asked} is over this server's limit of {limit} generated tokens per request (--max-request-tokens)"), Some("max_tokens")),
+        (n, prompts) => ApiError::invalid(
+            format!("this request may generate {total} tokens ({prompts} prompt(s) × `n` {n} × {asked}), over this server's limit of {limit} per request (--max-request-tokens): lower `n` or `max_tokens`"),
+            Some(if n > 1 { "n" } else { "prompt" }),
+        ),
+    })
+}
+
+/// Queue one generation of at most `max_tokens`; 429 at once when the queue is full.
+fn submit(s: &AppState, plan: &Plan, prompt: &[u32], max_tokens: usize, stops: Vec<String>, seed: Option<u64>, scoring: Option<Scoring>) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
     let (events, rx) = mpsc::unbounded_channel();
-    let room = s.max_context.saturating_sub(prompt.len());
     let sampling = SamplingParams { seed, ..plan.sampling };
-    let job = Job { prompt: prompt.to_vec(), max_tokens: plan.max_tokens.min(room), sampling, stops, mode: plan.mode, tau: plan.tau, rate_control: plan.rate_control, routing: plan.routing, scoring, events };
+    let job = Job { prompt: prompt.to_vec(), max_tokens, sampling, stops, mode: plan.mode, tau: plan.tau, rate_control: plan.rate_control, routing: plan.routing, scoring, events };
     if s.jobs.try_send(job).is_err() {
         metrics::counter!("duet_edge_serve_requests_rejected_total").increment(1);
         return Err(ApiError {

@@ -31,6 +31,8 @@ pub struct AppState {
     pub max_context: usize,
     /// Default `max_tokens`.
     pub default_max_tokens: usize,
+    /// Tokens one request may generate at most, all its choices together.
+    pub max_request_tokens: usize,
     /// Mode when a request does not say.
     pub default_mode: Mode,
     /// Threshold when a request gives neither `tau` nor `escalation_rate`.

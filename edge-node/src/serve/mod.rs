@@ -6,7 +6,10 @@
 //! playground at `/`. Routing is per request through a `duet`
 //! extension object (`{"mode": "local" | "routed" | "cloud", "escalation_rate": r}` or
 //! `"tau": t`), with the server's flags as defaults. Requests share the one SLM in arrival
-//! order through a bounded queue ([`worker`]); beyond it a request gets 429.
+//! order through a bounded queue ([`worker`]); beyond it a request gets 429. What one request
+//! may generate is bounded (`--max-request-tokens`, [`handlers`]), and so are the HTTP
+//! connections: how many are open, how long a header may take to arrive and how long a
+//! connection may sit idle ([`conn`]), so that no client, slow or greedy, keeps the others out.
 //!
 //! Bodies are read field by field ([`request`], [`messages`]) so that what clients send is
 //! accepted (content parts, `developer`, tool history, prompt lists, `n`, logprobs) and what the
@@ -14,6 +17,7 @@
 //! compatibility table lists both.
 
 mod api;
+mod conn;
 mod error;
 mod handlers;
 mod http;
@@ -54,6 +58,24 @@ pub struct ServeArgs {
     /// `max_tokens` when a request does not say.
     #[arg(long, env = "DUET_SERVE_MAX_TOKENS", default_value_t = 256)]
     pub max_tokens: usize,
+    /// Tokens one request may generate at most, all its choices together (prompts × `n` ×
+    /// `max_tokens`); beyond it a request gets 400. It also bounds one choice, and so how long
+    /// a request waits behind another's.
+    #[arg(long, env = "DUET_SERVE_MAX_REQUEST_TOKENS", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_request_tokens: u64,
+    /// HTTP connections open at most. At the cap a new one takes the place of the connection
+    /// waiting longest with no request in progress; when every one has a request in progress,
+    /// it gets 503 (`Connection: close`).
+    #[arg(long, env = "DUET_SERVE_MAX_CONNECTIONS", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    pub max_connections: u32,
+    /// A request's header must arrive within it (from the accept, or from its first byte on a
+    /// kept-alive connection), and its body within it again; else the connection is closed.
+    #[arg(long, env = "DUET_SERVE_HEADER_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_timeout_ms: u64,
+    /// A connection with no request in progress is closed after it (keep-alive), and so is one
+    /// whose response the client stops reading for that long.
+    #[arg(long, env = "DUET_SERVE_IDLE_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout_ms: u64,
     /// Routing when a request does not say: `local`, `routed` (needs --gateway) or `cloud`.
     #[arg(long, env = "DUET_SERVE_MODE", value_enum, default_value_t = ModeArg::Routed)]
     pub mode: ModeArg,
@@ -78,6 +100,12 @@ pub enum ModeArg {
 /// terminal's text, and the server writes none (its clients get each token's source instead).
 fn refuse_unused(args: &ServeArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.cloud.color == "auto", "--color (DUET_COLOR) is for `generate`'s terminal output: `serve` prints no tokens (each streamed chunk says its source); drop it");
+    anyhow::ensure!(
+        args.max_tokens as u64 <= args.max_request_tokens,
+        "--max-tokens {} is over --max-request-tokens {}: every request that gives no `max_tokens` would be refused",
+        args.max_tokens,
+        args.max_request_tokens
+    );
     Ok(())
 }
 
@@ -151,6 +179,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             model_id,
             max_context,
             default_max_tokens: args.max_tokens,
+            max_request_tokens: usize::try_from(args.max_request_tokens).unwrap_or(usize::MAX),
             default_mode,
             default_tau: tau,
             default_rate_control,
@@ -163,13 +192,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         });
         let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
         eprintln!("edge-node serving the OpenAI API on http://{} (mode {:?})", listener.local_addr()?, default_mode);
-        let served = axum::serve(listener, http::routes(state)).with_graceful_shutdown(stop_requested()).await.context("HTTP server");
+        let limits = conn::Limits {
+            max_connections: args.max_connections as usize,
+            header_timeout: Duration::from_millis(args.header_timeout_ms),
+            idle_timeout: Duration::from_millis(args.idle_timeout_ms),
+        };
+        conn::serve(listener, http::routes(state), limits, stop_requested()).await;
         // Close the gateway connections before the runtime goes, or the gateway holds them
         // until its idle timeout (and a draining gateway waits that long for them).
         if let Some(link) = leaving {
             link.close().await;
         }
-        served
+        Ok(())
     })
 }
 
