@@ -96,6 +96,8 @@ pub struct Env {
     pub connect_timeout: Duration,
     /// Device ids are `{device_prefix}-{index}`.
     pub device_prefix: String,
+    /// Each device's certificate, where devices present one (mutual TLS).
+    pub client_certs: Option<Arc<super::identity::DeviceCerts>>,
     /// Per group: its measurements, where its devices connect (None: local-only) and its
     /// relay's blackouts.
     pub groups: Vec<Group>,
@@ -128,6 +130,14 @@ pub struct DeviceSpec {
     pub seed: u64,
 }
 
+/// How device `spec` reaches `addr`: the gateway's certificate, its id and, under mutual TLS,
+/// its own certificate (never polled for a rotation: a run's certificates do not change).
+fn link_config(env: &Env, spec: DeviceSpec, addr: SocketAddr, fingerprint: &str) -> LinkConfig {
+    let id = super::device_id(&env.device_prefix, spec.index);
+    let client_identity = env.client_certs.as_ref().map(|c| c.identity(&id));
+    LinkConfig { slm_id: "fleet".into(), client_identity, cert_poll: Duration::ZERO, ..LinkConfig::new(addr.to_string(), Some(env.cert.clone()), id, fingerprint) }
+}
+
 /// Run one device until the end of the run.
 pub async fn run_device(env: Arc<Env>, spec: DeviceSpec, fingerprint: Arc<str>) {
     let group = &env.groups[spec.group];
@@ -137,7 +147,7 @@ pub async fn run_device(env: Arc<Env>, spec: DeviceSpec, fingerprint: Arc<str>) 
     let mut rng = StdRng::seed_from_u64(spec.seed);
     let link = match group.target {
         None => None,
-        Some(addr) => match Link::start(LinkConfig { slm_id: "fleet".into(), ..LinkConfig::new(addr.to_string(), Some(env.cert.clone()), format!("{}-{}", env.device_prefix, spec.index), &*fingerprint) }) {
+        Some(addr) => match Link::start(link_config(&env, spec, addr, &fingerprint)) {
             Ok(link) => Some(link),
             Err(e) => {
                 tracing::error!(device = spec.index, "link: {e:#}");

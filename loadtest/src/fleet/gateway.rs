@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use cloud_gateway::batcher::backend::{Backend, EmbeddedBackend, EmbeddedOptions, ModelFacts};
-use cloud_gateway::config::{BatcherConfig, GatewayConfig, TransportConfig};
+use cloud_gateway::config::{BatcherConfig, GatewayConfig, IdentityConfig, TransportConfig};
 use cloud_gateway::engine::connect::{connect, expected_vocabulary, tokenizer_path};
 use cloud_gateway::engine::pool::PoolConfig;
 use cloud_gateway::Gateway;
@@ -59,6 +59,10 @@ pub struct GatewayArgs {
     /// Embedded LLM: ONNX Runtime threads (0 = all cores).
     #[arg(long, env = "DUET_FLEET_LLM_THREADS", default_value_t = 0)]
     pub llm_threads: usize,
+    /// Verify devices (mutual TLS) against this fleet CA certificate, as a production gateway
+    /// does with --client-ca (`loadtest fleet --fleet-ca-dir` sets it to the CA's ca-cert.pem).
+    #[arg(long, env = "DUET_FLEET_GATEWAY_CLIENT_CA")]
+    pub client_ca: Option<PathBuf>,
 }
 
 /// What a started gateway tells its parent (one JSON line on stdout).
@@ -114,7 +118,8 @@ pub fn run(args: GatewayArgs) -> anyhow::Result<()> {
         let (base, cert) = crate::loopback::loopback_config(&dir)?;
         let transport = TransportConfig { listen: args.listen, http_listen: Some(args.http_listen), max_connections: args.max_connections, ..base.transport.clone() };
         let batcher = BatcherConfig { max_batch: args.max_batch, max_wait: Duration::from_millis(args.max_wait_ms), queue_capacity: args.queue_capacity };
-        let config = GatewayConfig { transport, batcher, ..base };
+        let identity = IdentityConfig { client_ca: args.client_ca.clone(), ..base.identity.clone() };
+        let config = GatewayConfig { transport, batcher, identity, ..base };
         let (gw, facts) = match backend(&args).await? {
             BackendChoice::Batcher(b) => {
                 let facts = b.facts();
@@ -226,6 +231,9 @@ pub fn to_argv(args: &GatewayArgs) -> Vec<String> {
     ];
     if let Some(d) = &args.cert_dir {
         v.extend(["--cert-dir".into(), d.display().to_string()]);
+    }
+    if let Some(ca) = &args.client_ca {
+        v.extend(["--client-ca".into(), ca.display().to_string()]);
     }
     v
 }

@@ -12,6 +12,10 @@
 //! What comes out: one JSON report ([`report`]) and a self-contained HTML page with the plots
 //! ([`html`]); progress on stderr meanwhile. The correctness counts ([`check`]) must show zero
 //! violations in every run.
+//!
+//! Against a gateway that verifies devices (`--client-ca`, the production mode) every device
+//! presents a certificate of its own ([`identity`]): issued at start from the fleet CA
+//! (`--fleet-ca-dir`), or issued beforehand (`--client-cert-dir`).
 
 pub mod check;
 pub mod device;
@@ -19,6 +23,7 @@ pub mod gateway;
 pub mod group;
 pub mod hist;
 pub mod html;
+pub mod identity;
 pub mod metrics_scrape;
 pub mod options;
 pub mod report;
@@ -38,6 +43,7 @@ use common::exchange::DeadlinePolicy;
 use self::device::{BlackoutSchedule, DeviceSpec, Env, Group};
 use self::gateway::{GatewayArgs, GatewayProcess};
 use self::group::{Checks, GroupStats};
+use self::identity::DeviceCerts;
 use self::metrics_scrape::{Sample, Targets};
 use self::options::{Mix, DIRECT};
 use self::trace::Trace;
@@ -137,6 +143,15 @@ pub struct FleetArgs {
     /// sessions by device id, so two devices with one id would share sessions).
     #[arg(long, env = "DUET_FLEET_DEVICE_PREFIX", default_value = "fleet")]
     pub device_prefix: String,
+    /// The fleet CA's directory (`cloud-gateway ca init-ca`): each device presents a
+    /// certificate of its own, issued from it at start (mutual TLS, for a gateway with
+    /// --client-ca). The fleet's own gateway then verifies them against its ca-cert.pem.
+    #[arg(long, env = "DUET_FLEET_CA_DIR", conflicts_with = "client_cert_dir")]
+    pub fleet_ca_dir: Option<PathBuf>,
+    /// Certificates issued beforehand: DIR/<device id>/device-cert.pem and device-key.pem
+    /// (`cloud-gateway ca issue --out DIR/<device id>`), one per device.
+    #[arg(long, env = "DUET_FLEET_CLIENT_CERT_DIR")]
+    pub client_cert_dir: Option<PathBuf>,
 }
 
 /// What the options resolve to, checked before anything starts.
@@ -153,6 +168,8 @@ pub struct Plan {
     pub tau: f32,
     /// Deadlines.
     pub policy: DeadlinePolicy,
+    /// Each device's certificate, where devices present one.
+    pub client_certs: Option<Arc<DeviceCerts>>,
 }
 
 /// Check the options and resolve them; every error names the option and what would be right.
@@ -209,7 +226,24 @@ pub fn plan(args: FleetArgs) -> anyhow::Result<Plan> {
         per_token: Duration::from_millis(args.deadline_per_token_ms),
         ..DeadlinePolicy::default()
     };
-    Ok(Plan { args, trace, groups, baseline_devices, tau, policy })
+    let client_certs = device_certs(&args)?.map(Arc::new);
+    Ok(Plan { args, trace, groups, baseline_devices, tau, policy, client_certs })
+}
+
+/// The id of the fleet's device `index` (`PREFIX-N`).
+pub fn device_id(prefix: &str, index: usize) -> String {
+    format!("{prefix}-{index}")
+}
+
+/// The devices' certificates, as the options ask: issued now from the fleet CA, found in a
+/// directory, or none.
+fn device_certs(args: &FleetArgs) -> anyhow::Result<Option<DeviceCerts>> {
+    let ids: Vec<String> = (0..args.devices).map(|i| device_id(&args.device_prefix, i)).collect();
+    Ok(match (&args.fleet_ca_dir, &args.client_cert_dir) {
+        (Some(ca), _) => Some(DeviceCerts::issue(ca, &ids, std::thread::available_parallelism().map_or(1, |n| n.get()))?),
+        (None, Some(dir)) => Some(DeviceCerts::pre_issued(dir, &ids)?),
+        (None, None) => None,
+    })
 }
 
 /// This process's limit on open files (the soft limit), from /proc.
@@ -239,7 +273,12 @@ async fn start_gateway(plan: &Plan, exe: &Path) -> anyhow::Result<GatewayHandle>
         options::BackendSpec::FixedCost { .. } => Duration::from_secs(30),
         _ => Duration::from_secs(300),
     };
-    let argv = gateway::to_argv(&args.gateway);
+    // The fleet's own gateway verifies the devices against the CA they were issued from.
+    let mut gateway_args = args.gateway.clone();
+    if let (None, Some(ca)) = (&gateway_args.client_ca, &args.fleet_ca_dir) {
+        gateway_args.client_ca = Some(ca.join(cloud_gateway::identity::ca::CA_CERT_FILE));
+    }
+    let argv = gateway::to_argv(&gateway_args);
     let exe = exe.to_path_buf();
     let process = tokio::task::spawn_blocking(move || GatewayProcess::start(&exe, &argv, wait)).await??;
     let info = process.info.clone();
@@ -328,6 +367,7 @@ pub async fn run_fleet(plan: Plan, exe: &Path) -> anyhow::Result<RunResult> {
         ping_every: Duration::from_secs_f64(args.ping_interval_s),
         connect_timeout: Duration::from_secs_f64(args.connect_timeout_s),
         device_prefix: args.device_prefix.clone(),
+        client_certs: plan.client_certs.clone(),
         groups,
         checks: Checks::default(),
         live_sessions: AtomicI64::new(0),
@@ -422,6 +462,13 @@ pub fn run(args: FleetArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("locating the loadtest binary (it starts the gateway)")?;
     let (json_path, html_path) = (args.json.clone(), args.html.clone());
     let plan = plan(args)?;
+    if let Some(certs) = &plan.client_certs {
+        let s = &certs.summary;
+        match (s.issue_ms, s.issue_ms_each) {
+            (Some(all), Some(each)) => eprintln!("[fleet] {} device certificates issued from the fleet CA in {all:.0} ms ({each:.3} ms each)", s.certificates),
+            _ => eprintln!("[fleet] {} device certificates from {}", s.certificates, plan.args.client_cert_dir.as_ref().map_or_else(String::new, |d| d.display().to_string())),
+        }
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let result = rt.block_on(run_fleet(plan, &exe))?;
     let report = report::build(&result);

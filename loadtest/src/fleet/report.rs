@@ -184,6 +184,8 @@ pub struct FleetReport {
     pub deadline_min_ms: u64,
     pub deadline_max_ms: u64,
     pub presync: bool,
+    /// Who the devices were to the gateway: their own certificates (mutual TLS) or claims.
+    pub identity: super::identity::IdentitySummary,
     pub profiles: Vec<GroupReport>,
     pub local_only: Option<GroupReport>,
     pub correctness: Correctness,
@@ -365,6 +367,7 @@ pub fn build(r: &RunResult) -> FleetReport {
         deadline_min_ms: args.deadline_min_ms,
         deadline_max_ms: args.deadline_max_ms,
         presync: !args.no_presync,
+        identity: r.plan.client_certs.as_ref().map_or_else(super::identity::IdentitySummary::none, |c| c.summary.clone()),
         profiles,
         local_only: local_report,
         correctness: Correctness {
