@@ -1,6 +1,8 @@
 //! `loadtest fleet` end to end: a small fleet against a real gateway (fixed-cost backend, its
 //! own process) through the impairment relay passes every device's correctness checks under
-//! `4g` and under blackouts, and bad options are refused with a message that says what to fix.
+//! `4g` and under blackouts, and with a certificate per device against a gateway that verifies
+//! them (which refuses devices without one); bad options are refused with a message that says
+//! what to fix.
 //! Kept to about ten seconds of load each; the long measurements are in BENCHMARKS.md.
 
 use std::path::Path;
@@ -70,6 +72,36 @@ fn a_small_fleet_through_blackouts_passes_every_correctness_check_and_never_stal
     assert!(p.blackouts.is_some());
 }
 
+#[test]
+fn a_fleet_with_its_own_certificates_passes_every_check_against_a_gateway_that_verifies_them() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca = dir.path().join("fleet-ca");
+    cloud_gateway::identity::ca::init_ca(&ca, "Test fleet CA", 1).expect("a fleet CA");
+    let r = run(args(&["--profiles", "direct", "--fleet-ca-dir", ca.to_str().expect("utf-8")]));
+    assert_correct(&r);
+    assert_eq!((r.identity.mode.as_str(), r.identity.certificates), ("mutual_tls_issued", 50), "{:?}", r.identity);
+    assert!(r.identity.issue_ms_each.is_some_and(|ms| ms < 20.0), "{:?}", r.identity);
+    let p = &r.profiles[0];
+    assert_eq!((p.devices, p.connected, p.connect_failures), (50, 50, 0), "every device got in with its certificate");
+    assert!(p.cloud_tokens > 0, "{p:?}");
+}
+
+#[test]
+fn a_gateway_that_verifies_devices_lets_no_device_without_a_certificate_in() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca = dir.path().join("fleet-ca");
+    let ca_cert = cloud_gateway::identity::ca::init_ca(&ca, "Test fleet CA", 1).expect("a fleet CA");
+    let base = ["fleet", "--devices", "3", "--ramp-up-s", "0", "--duration-s", "1", "--connect-timeout-s", "2", "--progress-s", "0", "--baseline-devices", "0", "--profiles", "direct"];
+    let a = Cli::parse_from(base.iter().chain(&["--client-ca", ca_cert.to_str().expect("utf-8")])).args;
+    let plan = fleet::plan(a).expect("the options are valid");
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let result = rt.block_on(fleet::run_fleet(plan, Path::new(env!("CARGO_BIN_EXE_loadtest")))).expect("the fleet runs");
+    let r = report::build(&result);
+    assert_eq!(r.identity.mode, "none");
+    let p = &r.profiles[0];
+    assert_eq!((p.connected, p.connect_failures, p.cloud_tokens), (0, 3, 0), "{p:?}");
+}
+
 fn refused(extra: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_loadtest")).arg("fleet").args(extra).output().expect("run loadtest");
     assert!(!out.status.success(), "{extra:?} was accepted");
@@ -90,6 +122,9 @@ fn bad_options_are_refused_with_what_to_fix() {
         (&["--deadline-min-ms", "500", "--deadline-max-ms", "100"], "above --deadline-max-ms"),
         (&["--trace", "/nonexistent/trace.json"], "reading the trace"),
         (&["--gateway", "127.0.0.1:4433"], "--ca-cert"),
+        (&["--fleet-ca-dir", "/nonexistent/fleet-ca"], "--fleet-ca-dir /nonexistent/fleet-ca"),
+        (&["--client-cert-dir", "/nonexistent/certs"], "no /nonexistent/certs/fleet-0/device-cert.pem for device fleet-0"),
+        (&["--fleet-ca-dir", "a", "--client-cert-dir", "b"], "cannot be used with"),
     ] {
         let err = refused(extra);
         assert!(err.contains(says), "{extra:?}: expected `{says}` in:\n{err}");
