@@ -1,5 +1,6 @@
 //! `cloud-gateway ca ...`: the operator's admin commands for device identity: create the
-//! fleet CA, issue a device its certificate, revoke one. They live in the gateway's binary (not
+//! fleet CA, issue a device its certificate, revoke one; and, for devices that cannot hold a
+//! certificate, make the per-device token secret and issue a device its token. They live in the gateway's binary (not
 //! a separate tool) because they share its code for what a device id and a deny list are, so
 //! what `ca` writes is exactly what the gateway accepts.
 //!
@@ -15,6 +16,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+use common::device_token::DeviceTokenKey;
 
 use crate::identity::ca::{init_ca, FleetCa, CA_CERT_FILE};
 use crate::identity::revoked;
@@ -61,6 +63,23 @@ enum CaCommand {
         /// Directory to write the certificate and key into (must not hold an enrolment yet).
         #[arg(long, env = "DUET_FLEET_OUT")]
         out: PathBuf,
+    },
+    /// Create the secret per-device tokens are issued from (hex, mode 0600) at --out. Give the
+    /// gateway --device-token-secret FILE; keep it as secret as a CA key.
+    InitTokenSecret {
+        /// The file to create (must not exist yet).
+        #[arg(long, env = "DUET_DEVICE_TOKEN_SECRET")]
+        out: PathBuf,
+    },
+    /// Print a device's token, issued from the secret: the device presents it as edge-node's
+    /// --auth-token (DUET_AUTH_TOKEN), and it opens that device id only.
+    IssueToken {
+        /// The secret file (the gateway's --device-token-secret).
+        #[arg(long, env = "DUET_DEVICE_TOKEN_SECRET")]
+        secret: PathBuf,
+        /// The device id (1..=128 bytes, no control characters).
+        #[arg(long, env = "DUET_FLEET_DEVICE")]
+        device: String,
     },
     /// Create the Ed25519 key that signs router bundles (bundle-signing.key, mode 0600, and
     /// bundle-signing.pub) in --dir. Devices trust bundle-signing.pub (edge-node
@@ -122,6 +141,15 @@ pub fn run(argv: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
             println!("issued {device}: serial {} valid until {until}", issued.serial);
             println!("install on the device: edge-node ... --client-cert {} --client-key {}", cert.display(), key.display());
             println!("(the gateway trusts it through --client-ca {})", ca_dir.join(CA_CERT_FILE).display());
+        }
+        CaCommand::InitTokenSecret { out } => {
+            crate::identity::ca::write_private(&out, &format!("{}\n", DeviceTokenKey::generate_secret()?))?;
+            println!("per-device token secret written to {}; give the gateway --device-token-secret {}", out.display(), out.display());
+            println!("issue a device its token: cloud-gateway ca issue-token --secret {} --device ID", out.display());
+        }
+        CaCommand::IssueToken { secret, device } => {
+            common::device_id::check_device_id(&device)?;
+            println!("{}", DeviceTokenKey::load(&secret)?.issue(&device));
         }
         CaCommand::SigningKey { dir } => {
             let (key, public) = crate::fleet::store::init_signing_key(&dir)?;
@@ -192,6 +220,21 @@ mod tests {
         let cert = crate::identity::cert::parse_device_cert(&der).unwrap();
         assert_eq!(cert.device_id, "device-7");
         assert!(list.denies("device-7", Some(&cert.serial)), "revoked by the serial issue logged");
+    }
+
+    #[test]
+    fn a_token_secret_is_made_once_and_issues_tokens_the_gateway_accepts() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("device-token.secret");
+        let s = secret.to_str().unwrap();
+        ca_cmd(&["init-token-secret", "--out", s]).unwrap();
+        assert!(ca_cmd(&["init-token-secret", "--out", s]).is_err(), "never over an existing secret");
+        #[cfg(unix)]
+        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&secret).unwrap().permissions()) & 0o777, 0o600);
+        let key = DeviceTokenKey::load(&secret).unwrap();
+        assert!(key.verify("device-7", &key.issue("device-7")));
+        ca_cmd(&["issue-token", "--secret", s, "--device", "device-7"]).unwrap();
+        assert!(ca_cmd(&["issue-token", "--secret", s, "--device", "bad\nid"]).is_err());
     }
 
     #[test]

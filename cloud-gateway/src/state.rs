@@ -77,6 +77,7 @@ impl Shared {
         Self {
             handshake: HandshakePolicy {
                 auth_token: config.identity.auth_token.clone(),
+                device_tokens: identity.device_tokens(),
                 tokenizer_fingerprint: facts.tokenizer_fingerprint.clone(),
                 gateway_id: config.identity.gateway_id.clone(),
                 llm_id: facts.llm_id.clone(),

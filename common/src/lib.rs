@@ -10,6 +10,7 @@
 
 pub mod config_file;
 pub mod device_id;
+pub mod device_token;
 pub mod exchange;
 mod exp_sums;
 pub mod fingerprint;

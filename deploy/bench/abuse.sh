@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The gateway under abuse and overload (issue 13): `loadtest abuse` starts a real
+# The gateway under abuse and overload: `loadtest abuse` starts a real
 # cloud-gateway process (tiny model behind a simulated cost close to the 1.5B's on these
 # cores: 60 ms per batch, 18 ms per token of prefill) and runs the hostile probe's scenarios
-# against it from 127.0.0.1 — id squatting (dev mode), an invented-id session flood, unfinished
+# against it from 127.0.0.1 — id squatting (dev mode), ids claimed without their per-device
+# tokens (a gateway with --device-token-secret), an invented-id session flood followed by a new device, unfinished
 # streams pinning memory, an idle-connection flood, a huge Full from a device that leaves, and
 # sustained overload — while a well-behaved device escalates from 127.0.0.2. After each: the
 # well-behaved device's escalations served within their deadline, gateway RSS against its
@@ -33,7 +34,11 @@ print("|---|---|---|---|---|---|---|")
 def got(name, s):
     if "error" in s: return "error: " + s["error"]
     if name == "squat": return f"{s['accepted']} of {s['claims']} ids claimed ({s['claims_per_s']:.0f}/s), {s['refused']} refused"
-    if name == "session-flood": return f"{s['sessions_held_peak']:.0f} sessions held of {s['attempted_sessions']} tried; {s['refused_gateway_full']} refused (gateway full); {s['sessions_after']:.0f} left after idle expiry"
+    if name == "claim": return f"{s['accepted']} of {s['claims']} claims without the id's token accepted ({s['claims_per_s']:.0f}/s); the device's own connection kept: {s['device_connection_kept']}"
+    if name == "session-flood":
+        nd = s["new_device_first_escalation"]
+        first = nd.get("answer", nd.get("connect_error", "?"))
+        return f"{s['sessions_held_peak']:.0f} sessions held of {s['attempted_sessions']} tried; {s['evicted']:.0f} evicted; {s['refused_too_many_sessions']} refused; a new device's first escalation: {first}; {s['sessions_after']:.0f} left after idle expiry"
     if name == "unfinished-streams": return f"{s['streams_opened']} partial streams ({s['bytes_sent_mb']:.0f} MB sent); RSS while held {s['rss_while_held_mb']:.0f} MB, after read timeout {s['rss_after_read_timeout_mb']:.0f} MB; {s['streams_given_up']:.0f} streams reset"
     if name == "idle-flood": return f"{s['accepted']} of {s['attempted']} connections accepted, {s['refused']} refused"
     if name == "huge-full": return "; ".join(f"{k}: {v['reply']} ({v['after_ms']:.0f} ms)" for k, v in s["attackers"].items()) + f"; {s['cancelled_at_gateway']:.0f} cancelled"
@@ -45,7 +50,7 @@ def pr(p):
     if p is None: return "-"
     if p.get("connect_error"): return "connect failed: " + p["connect_error"][:60]
     return f"{p['served_within_deadline']}/{p['escalations']}, p50 {p['p50_ms']:.0f} ms"
-order = ['squat', 'session-flood', 'unfinished-streams', 'idle-flood', 'huge-full', 'overload']
+order = ['squat', 'claim', 'session-flood', 'unfinished-streams', 'idle-flood', 'huge-full', 'overload']
 for name, s in sorted(r.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99):
     a = s.get("after", {})
     rec = a.get("rss_recovered_after_s")

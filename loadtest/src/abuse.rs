@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
+use common::device_token::DeviceTokenKey;
 use common::protocol::{decode_frame, encode_frame, ContextSync, ErrorCode, Frame, TokenIds, WireSampling, PROTOCOL_VERSION};
 use model_runtime::model_files::ModelFiles;
 use serde::Serialize;
@@ -55,9 +56,10 @@ pub struct AbuseArgs {
     /// The well-behaved device's deadline per escalation, ms.
     #[arg(long, default_value_t = 1000)]
     pub probe_deadline_ms: u32,
-    /// Only these scenarios (squat, session-flood, unfinished-streams, idle-flood, huge-full,
-    /// overload, fair-flood: one device floods, 20 behave; engine-overload: 3x what the
-    /// --engine answers); default all but engine-overload (which needs an engine).
+    /// Only these scenarios (squat, claim: ids claimed without their per-device tokens,
+    /// session-flood, unfinished-streams, idle-flood, huge-full, overload, fair-flood: one
+    /// device floods, 20 behave; engine-overload: 3x what the --engine answers); default all
+    /// but engine-overload (which needs an engine).
     #[arg(long, value_delimiter = ',')]
     pub scenarios: Vec<String>,
     /// fair-flood on the engine path: the well-behaved devices together offer this fraction of
@@ -103,6 +105,11 @@ struct GatewayProcess {
 
 impl GatewayProcess {
     fn start(args: &AbuseArgs, dir: &Path) -> anyhow::Result<Self> {
+        Self::start_with(args, dir, &[])
+    }
+
+    /// Start one with `extra` flags besides what `args` gives.
+    fn start_with(args: &AbuseArgs, dir: &Path, extra: &[String]) -> anyhow::Result<Self> {
         let bin = match &args.gateway_bin {
             Some(b) => b.clone(),
             None => std::env::current_exe()?.parent().context("this program's directory")?.join("cloud-gateway"),
@@ -119,7 +126,9 @@ impl GatewayProcess {
             .arg(format!("--stream-read-timeout-ms={STREAM_READ_TIMEOUT_MS}"))
             .args(args.engines.iter().map(|e| format!("--engine={e}")))
             .args(&args.gateway_args)
+            .args(extra)
             .env_remove("DUET_CONFIG")
+            .env_remove("DUET_DEVICE_TOKEN_SECRET")
             .env_remove("DUET_AUTH_TOKEN")
             .env_remove("DUET_CLIENT_CA")
             .stdin(Stdio::null())
@@ -197,6 +206,9 @@ struct Client {
     endpoint: quinn::Endpoint,
     gateway: SocketAddr,
     fingerprint: Arc<str>,
+    /// Issues each id's per-device token (the gateway's secret for a device, another one for
+    /// an attacker forging tokens); none sends no token.
+    tokens: Option<Arc<DeviceTokenKey>>,
 }
 
 impl Client {
@@ -204,13 +216,19 @@ impl Client {
         let config = edge_node::tls::client_config(Some(ca), false, Duration::from_secs(5))?;
         let mut endpoint = quinn::Endpoint::client(local.parse()?)?;
         endpoint.set_default_client_config(config);
-        Ok(Self { endpoint, gateway, fingerprint: Arc::from(fingerprint) })
+        Ok(Self { endpoint, gateway, fingerprint: Arc::from(fingerprint), tokens: None })
+    }
+
+    /// This client, presenting the per-device tokens `key` issues.
+    fn with_tokens(self, key: DeviceTokenKey) -> Self {
+        Self { tokens: Some(Arc::new(key)), ..self }
     }
 
     /// A connection past `Hello` as `device`; `Err` if refused (at the QUIC level or `Reject`).
     async fn connect(&self, device: &str) -> anyhow::Result<quinn::Connection> {
         let conn = tokio::time::timeout(Duration::from_secs(10), self.endpoint.connect(self.gateway, "localhost")?).await??;
-        let hello = Frame::Hello { protocol_version: PROTOCOL_VERSION, device_id: device.into(), auth: String::new(), tokenizer_fingerprint: self.fingerprint.to_string(), slm_id: "abuse".into() };
+        let auth = self.tokens.as_ref().map(|k| k.issue(device)).unwrap_or_default();
+        let hello = Frame::Hello { protocol_version: PROTOCOL_VERSION, device_id: device.into(), auth, tokenizer_fingerprint: self.fingerprint.to_string(), slm_id: "abuse".into() };
         match request(&conn, &hello, Duration::from_secs(10)).await? {
             Frame::Welcome { .. } => Ok(conn),
             other => anyhow::bail!("refused: {other:?}"),
@@ -437,7 +455,7 @@ async fn run_async(args: AbuseArgs) -> anyhow::Result<()> {
         true => name != "engine-overload",
         false => args.scenarios.iter().any(|s| s == name),
     };
-    let selected: Vec<&str> = ["squat", "session-flood", "unfinished-streams", "idle-flood", "huge-full", "overload", "fair-flood", "engine-overload"].into_iter().filter(|s| wanted(s)).collect();
+    let selected: Vec<&str> = ["squat", "claim", "session-flood", "unfinished-streams", "idle-flood", "huge-full", "overload", "fair-flood", "engine-overload"].into_iter().filter(|s| wanted(s)).collect();
     let mut run = Run { baseline_mb: 0.0, gw, attacker, device, args, next_session: AtomicUsize::new(0) };
     let warm = run.probe().await;
     run.baseline_mb = run.gw.rss_mb();
@@ -453,6 +471,7 @@ async fn run_async(args: AbuseArgs) -> anyhow::Result<()> {
         eprintln!("scenario {name} ...");
         let r = match name {
             "squat" => squat(&run).await,
+            "claim" => claim(&run, dir.path()).await,
             "session-flood" => session_flood(&run).await,
             "unfinished-streams" => unfinished_streams(&run).await,
             "idle-flood" => idle_flood(&run).await,
@@ -513,24 +532,66 @@ async fn squat(run: &Run) -> anyhow::Result<serde_json::Value> {
         "note": "dev mode: a claimed id is trusted; under mutual TLS the id is the certificate's and claims are ignored" }))
 }
 
+/// Per-device tokens: a gateway of its own with `--device-token-secret`; a host without the
+/// secret claims 2,000 ids (the probe's among them) with forged tokens and with none, while the
+/// probe device, holding its own token, connects and escalates.
+async fn claim(run: &Run, dir: &Path) -> anyhow::Result<serde_json::Value> {
+    let secret = dir.join("device-token.secret");
+    if !secret.exists() {
+        std::fs::write(&secret, DeviceTokenKey::generate_secret()?)?;
+    }
+    std::fs::create_dir_all(dir.join("claim"))?;
+    let gw = GatewayProcess::start_with(&run.args, &dir.join("claim"), &[format!("--device-token-secret={}", secret.display())])?;
+    let fingerprint = &run.device.fingerprint;
+    let device = Client::new("127.0.0.2:0", gw.quic, &gw.cert, fingerprint)?.with_tokens(DeviceTokenKey::load(&secret)?);
+    let forger = Client::new("127.0.0.1:0", gw.quic, &gw.cert, fingerprint)?.with_tokens(DeviceTokenKey::from_hex(&DeviceTokenKey::generate_secret()?)?);
+    let bare = Client::new("127.0.0.1:0", gw.quic, &gw.cert, fingerprint)?;
+    let device_conn = device.connect("probe-device").await;
+    let t = Instant::now();
+    let ids: Vec<(bool, String)> = std::iter::once("probe-device".to_string()).chain((0..999).map(|i| format!("claimed-{i}"))).flat_map(|id| [(true, id.clone()), (false, id)]).collect();
+    let results = run_bounded(ids, 64, |(forged, id)| {
+        let c = if forged { forger.clone() } else { bare.clone() };
+        async move { c.connect(&id).await }
+    })
+    .await;
+    let took = t.elapsed().as_secs_f64();
+    let accepted = results.iter().filter(|r| r.is_ok()).count();
+    // The device's connection from before the claims is still its own.
+    let still_connected = device_conn.as_ref().is_ok_and(|c| c.close_reason().is_none());
+    let during = probe(&device, 1, 10, run.args.probe_deadline_ms).await;
+    if let Ok(c) = device_conn {
+        c.close(0u32.into(), b"done");
+    }
+    Ok(json!({ "claims": results.len(), "accepted": accepted, "claims_per_s": results.len() as f64 / took,
+        "device_connection_kept": still_connected, "after": { "probe_during": during },
+        "note": "per-device tokens: a claim without the id's token (forged or none) is refused; the device holding its token is served" }))
+}
+
 /// Invented ids: 320 connections x 64 sessions each (20,480 > the 16,384 total), each session
-/// created by a 100-token `Full` whose short deadline gets it `Busy` (the session is kept).
+/// opened by an 8-token `Full` with a long deadline that the attacker stops waiting for at once
+/// (admitted, then cancelled: the cheapest way to have a session kept). Then a device never
+/// seen before, from an address of its own, asks its first escalation.
 async fn session_flood(run: &Run) -> anyhow::Result<serde_json::Value> {
     let watch = watch_rss(run.gw.child.id());
+    let evicted_before = metric(run.gw.http, "duet_gateway_sessions_evicted_total").await;
     let t = Instant::now();
-    let refused_full = Arc::new(AtomicUsize::new(0));
-    let other = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(AtomicUsize::new(0));
     let results = run_bounded((0..320).collect::<Vec<usize>>(), 32, |i| {
         let c = run.attacker.clone();
-        let (refused_full, other) = (refused_full.clone(), other.clone());
+        let refused = refused.clone();
         async move {
             let conn = c.connect(&format!("invented-{i}")).await?;
             for s in 0..64u64 {
-                match request(&conn, &escalate(s + 1, 0, full(100, i as u32), 1), Duration::from_secs(10)).await {
-                    Ok(Frame::Error { code: ErrorCode::TooManySessions, .. }) => refused_full.fetch_add(1, Ordering::Relaxed),
-                    Ok(_) => 0,
-                    Err(_) => other.fetch_add(1, Ordering::Relaxed),
-                };
+                let Ok((mut send, recv)) = conn.open_bi().await else { break };
+                let _ = send.write_all(&encode_frame(&escalate(s + 1, 0, full(8, i as u32), 30_000), MAX_REPLY)?).await;
+                let _ = send.finish();
+                // Read the answer only if it comes at once (a refusal); else leave.
+                let mut recv = recv;
+                if let Ok(Ok(bytes)) = tokio::time::timeout(Duration::from_millis(2), recv.read_to_end(MAX_REPLY)).await {
+                    if matches!(decode_frame(&bytes, MAX_REPLY), Ok(Frame::Error { code: ErrorCode::TooManySessions, .. })) {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
             }
             anyhow::Ok(conn)
         }
@@ -538,7 +599,19 @@ async fn session_flood(run: &Run) -> anyhow::Result<serde_json::Value> {
     .await;
     let took = t.elapsed().as_secs_f64();
     let sessions_peak = metric(run.gw.http, "duet_gateway_sessions").await;
+    // A device never seen before: its first escalation.
+    let newcomer = Client::new("127.0.0.3:0", run.gw.quic, &run.gw.cert, &run.device.fingerprint)?;
+    let first = match newcomer.connect("new-device").await {
+        Ok(conn) => {
+            let t = Instant::now();
+            let reply = request(&conn, &escalate(1, 0, full(32, 9), run.args.probe_deadline_ms), Duration::from_secs(30)).await;
+            conn.close(0u32.into(), b"done");
+            json!({ "answer": classify(&reply), "ms": t.elapsed().as_secs_f64() * 1e3 })
+        }
+        Err(e) => json!({ "connect_error": e.to_string() }),
+    };
     let during = run.probe().await;
+    let evicted = metric(run.gw.http, "duet_gateway_sessions_evicted_total").await - evicted_before;
     for c in results.iter().flatten() {
         c.close(0u32.into(), b"done");
     }
@@ -547,8 +620,8 @@ async fn session_flood(run: &Run) -> anyhow::Result<serde_json::Value> {
     // The flood's sessions expire after the idle time.
     let after = run.after(peak, Some(during), Duration::from_secs(SESSION_IDLE_SECS + 15)).await;
     let sessions_after = metric(run.gw.http, "duet_gateway_sessions").await;
-    Ok(json!({ "attempted_sessions": 320 * 64, "sessions_held_peak": sessions_peak, "refused_gateway_full": refused_full.load(Ordering::Relaxed),
-        "failed": other.load(Ordering::Relaxed), "flood_s": took, "sessions_after": sessions_after, "after": after }))
+    Ok(json!({ "attempted_sessions": 320 * 64, "sessions_held_peak": sessions_peak, "refused_too_many_sessions": refused.load(Ordering::Relaxed),
+        "evicted": evicted, "new_device_first_escalation": first, "flood_s": took, "sessions_after": sessions_after, "after": after }))
 }
 
 /// 30 connections x 127 streams, each holding 60 KB of a frame that never completes.
@@ -639,7 +712,7 @@ async fn huge_full(run: &Run) -> anyhow::Result<serde_json::Value> {
 }
 
 /// 200 sessions (20 connections x 10), each a 16-token `Full` then 5-token deltas with 1 s
-/// deadlines as fast as answers come (honouring `Busy`'s retry hint, as devices do), for the
+/// deadlines, 30 ms of think time after each answer (honouring `Busy`'s retry hint, as devices do), for the
 /// scenario's time: about 20 times what the simulated backend can prefill.
 async fn overload(run: &Run) -> anyhow::Result<serde_json::Value> {
     let watch = watch_rss(run.gw.child.id());
@@ -679,7 +752,7 @@ async fn overload(run: &Run) -> anyhow::Result<serde_json::Value> {
                     held = matches!(a, Answer::Token | Answer::Busy).then_some(len);
                     let pause = match reply {
                         Ok(Frame::Busy { retry_after_ms, .. }) => Duration::from_millis(u64::from(retry_after_ms).min(5000)),
-                        _ => Duration::from_millis(20),
+                        _ => Duration::from_millis(30),
                     };
                     tokio::time::sleep(pause).await;
                 }

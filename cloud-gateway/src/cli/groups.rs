@@ -89,8 +89,9 @@ pub struct IdentityArgs {
     /// Gateway name announced to devices.
     #[arg(long, env = "DUET_GATEWAY_ID", default_value_t = gateway().identity.gateway_id)]
     pub gateway_id: String,
-    /// Shared secret devices must present; unset accepts any device. Without --client-ca
-    /// this is a development mode: any device knowing it may claim any device id.
+    /// Shared secret devices must present; unset accepts any device. Without --client-ca or
+    /// --device-token-secret this is a development mode: any device knowing it may claim any
+    /// device id.
     #[arg(long, env = "DUET_AUTH_TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,
     /// The fleet CA's certificate (PEM, `cloud-gateway ca init-ca`): devices must present a
@@ -98,6 +99,16 @@ pub struct IdentityArgs {
     /// name, never what they claim.
     #[arg(long, env = "DUET_CLIENT_CA")]
     pub client_ca: Option<PathBuf>,
+    /// File with the secret per-device tokens are issued from (`cloud-gateway ca
+    /// init-token-secret`; `ca issue-token` issues one): a device's --auth-token must be the
+    /// token of its own id. For devices that cannot hold a certificate.
+    #[arg(long, env = "DUET_DEVICE_TOKEN_SECRET", conflicts_with = "client_ca")]
+    pub device_token_secret: Option<PathBuf>,
+    /// Listen beyond loopback although devices are not verified (no --client-ca or
+    /// --device-token-secret): any device may then act as any other. Without it the gateway
+    /// refuses to start that way.
+    #[arg(long, env = "DUET_INSECURE_UNVERIFIED_DEVICES")]
+    pub insecure_unverified_devices: bool,
     /// Deny list: device ids and serial:HEX certificate serials, one per line
     /// (`cloud-gateway ca revoke` appends). Reloaded on change and on SIGHUP; revoked
     /// devices are refused and disconnected.
@@ -125,6 +136,8 @@ impl IdentityArgs {
             gateway_id: self.gateway_id.clone(),
             auth_token: self.auth_token.clone(),
             client_ca: self.client_ca.clone(),
+            device_token_secret: self.device_token_secret.clone(),
+            insecure_unverified_devices: self.insecure_unverified_devices,
             revoked_file: self.revoked_file.clone(),
             revoked_poll: Duration::from_millis(self.revoked_poll_ms),
             client_crls: self.client_crls.clone(),

@@ -113,6 +113,13 @@ pub struct IdentityConfig {
     /// The fleet CA (PEM) that device certificates must chain to: mutual TLS, and the device
     /// id comes from the certificate. `None`: identity is what `Hello` claims (dev mode).
     pub client_ca: Option<PathBuf>,
+    /// File holding the secret per-device tokens are issued from (`cloud-gateway ca
+    /// init-token-secret`): a device's `Hello` must carry the token of the id it claims.
+    pub device_token_secret: Option<PathBuf>,
+    /// Listen beyond loopback although device identity is not verified (neither `client_ca`
+    /// nor `device_token_secret`): any device may then act as any other. Off, the gateway
+    /// refuses to start that way.
+    pub insecure_unverified_devices: bool,
     /// Deny list of device ids and certificate serials (see [`crate::identity::revoked`]),
     /// reloaded while running.
     pub revoked_file: Option<PathBuf>,
@@ -126,9 +133,26 @@ pub struct IdentityConfig {
     pub device_rate: RateLimit,
 }
 
+impl IdentityConfig {
+    /// Whether a device must prove the id it uses (certificate or per-device token).
+    pub fn verifies_devices(&self) -> bool {
+        self.client_ca.is_some() || self.device_token_secret.is_some()
+    }
+}
+
 impl Default for IdentityConfig {
     fn default() -> Self {
-        Self { gateway_id: "duet-gateway".into(), auth_token: None, client_ca: None, revoked_file: None, revoked_poll: Duration::from_secs(2), client_crls: Vec::new(), device_rate: RateLimit::default() }
+        Self {
+            gateway_id: "duet-gateway".into(),
+            auth_token: None,
+            client_ca: None,
+            device_token_secret: None,
+            insecure_unverified_devices: false,
+            revoked_file: None,
+            revoked_poll: Duration::from_secs(2),
+            client_crls: Vec::new(),
+            device_rate: RateLimit::default(),
+        }
     }
 }
 

@@ -3,12 +3,13 @@
 //! a `--config` file and a test's struct literal all pass through it
 //! ([`GatewayConfig::validated`], called by `Gateway::start`).
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::ensure;
 use common::protocol::{Frame, ValidationLimits, HARD_MAX_FRAME_BYTES, LENGTH_PREFIX_BYTES};
 
-use super::GatewayConfig;
+use super::{GatewayConfig, IdentityConfig};
 
 /// Smallest frame limit a gateway accepts: below it an honest `Escalate` with a short context
 /// would not fit.
@@ -40,6 +41,8 @@ impl GatewayConfig {
         identity.auth_token = identity.auth_token.take().filter(|t| !t.is_empty());
         identity.revoked_poll = identity.revoked_poll.max(Duration::from_millis(10));
         ensure!(identity.client_crls.is_empty() || identity.client_ca.is_some(), "a CRL (--client-crl) needs the fleet CA it comes from (--client-ca)");
+        ensure!(identity.client_ca.is_none() || identity.device_token_secret.is_none(), "devices prove their id with a certificate (--client-ca) or a per-device token (--device-token-secret), not both");
+        exposure(self.transport.listen, identity)?;
         identity.device_rate.burst = identity.device_rate.burst.max(1);
         let drain = &mut self.drain;
         drain.admin_token = drain.admin_token.take().filter(|t| !t.is_empty());
@@ -69,6 +72,20 @@ impl GatewayConfig {
         o.max_buffered_bytes = o.max_buffered_bytes.max(o.max_buffered_bytes_per_connection);
         Ok(self)
     }
+}
+
+/// The gateway's own refusal to be reachable beyond this machine with identities nobody
+/// verifies: on a non-loopback address any device could act as any other, so that takes
+/// `--insecure-unverified-devices`, said on purpose.
+fn exposure(listen: SocketAddr, identity: &IdentityConfig) -> anyhow::Result<()> {
+    if listen.ip().is_loopback() || identity.verifies_devices() || identity.insecure_unverified_devices {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "refusing to listen on {listen} with unverified device identity (any device could act as any other): \
+         give devices certificates from the fleet CA (--client-ca) or per-device tokens (--device-token-secret), \
+         or set --insecure-unverified-devices to accept that risk"
+    )
 }
 
 #[cfg(test)]
@@ -112,5 +129,24 @@ mod tests {
         assert_eq!((odd.sessions.max_per_device, odd.transport.max_connections), (1, 1));
         assert_eq!(odd.sessions.idle, Duration::from_secs(1));
         assert_eq!(odd.engines.pool.max_in_flight_per_worker, 1);
+    }
+
+    #[test]
+    fn the_gateway_refuses_to_listen_beyond_loopback_with_unverified_identities() {
+        let open = |identity: IdentityConfig| GatewayConfig {
+            transport: TransportConfig { listen: "0.0.0.0:4433".parse().unwrap(), ..TransportConfig::default() },
+            identity,
+            ..GatewayConfig::default()
+        };
+        let err = open(IdentityConfig { auth_token: Some("shared".into()), ..IdentityConfig::default() }).validated().unwrap_err().to_string();
+        assert!(err.contains("0.0.0.0:4433") && err.contains("--client-ca") && err.contains("--insecure-unverified-devices"), "{err}");
+        assert!(open(IdentityConfig::default()).validated().is_err(), "no credential at all");
+        assert!(open(IdentityConfig { client_ca: Some("ca.pem".into()), ..IdentityConfig::default() }).validated().is_ok());
+        assert!(open(IdentityConfig { device_token_secret: Some("secret".into()), ..IdentityConfig::default() }).validated().is_ok());
+        assert!(open(IdentityConfig { insecure_unverified_devices: true, ..IdentityConfig::default() }).validated().is_ok(), "said on purpose");
+        // Loopback (the default) is one machine's own business.
+        assert!(GatewayConfig::default().validated().is_ok());
+        let both = IdentityConfig { client_ca: Some("ca.pem".into()), device_token_secret: Some("secret".into()), ..IdentityConfig::default() };
+        assert!(open(both).validated().unwrap_err().to_string().contains("not both"));
     }
 }

@@ -64,8 +64,8 @@ fn at(unix: i64) -> anyhow::Result<OffsetDateTime> {
     OffsetDateTime::from_unix_timestamp(unix).map_err(|e| anyhow::anyhow!("time {unix} out of range: {e}"))
 }
 
-/// Write `text` to `path` readable by its owner only (a private key).
-fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
+/// Write `text` to `path` readable by its owner only (a private key), refusing to overwrite.
+pub(crate) fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]

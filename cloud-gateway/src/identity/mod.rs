@@ -7,11 +7,18 @@
 //! a device holding its own valid certificate still cannot name itself as another and reach
 //! that device's sessions, and cannot spread over invented ids to dodge its session limit.
 //!
-//! Without it the shared `--auth-token` is all there is: every device that knows it may claim
-//! any id. That is a development mode, and the gateway says so at start-up.
+//! Devices that cannot hold a certificate prove their id with a per-device token
+//! (`--device-token-secret`, [`common::device_token`]): the gateway recomputes the token of the
+//! claimed id from its secret, so one device's token opens no other id.
 //!
-//! Either way one connection serves one identity at a time ([`registry`]: the newest replaces
-//! the older), a deny list and the fleet CA's CRLs ([`crl`]), reloaded without restart, refuse
+//! Without either, the shared `--auth-token` (or nothing) is all there is: every device may
+//! claim any id. That is a development mode: the gateway says so at start-up, and refuses to
+//! listen beyond loopback in it unless `--insecure-unverified-devices` says that is meant
+//! (`config::validate`).
+//!
+//! Either way one connection serves one identity at a time ([`registry`]: a proved identity's
+//! newest connection replaces the older; a claimed one cannot evict a live connection from
+//! another address), a deny list and the fleet CA's CRLs ([`crl`]), reloaded without restart, refuse
 //! and disconnect revoked devices (`reload`), and each identity has its own escalation rate
 //! limit (`rate`).
 
@@ -28,6 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use common::device_token::DeviceTokenKey;
 use common::protocol::RejectReason;
 use rustls::pki_types::CertificateDer;
 use rustls::server::danger::ClientCertVerifier;
@@ -44,6 +52,8 @@ use verifier::DeviceCertVerifier;
 /// Identity policy and state shared by the listener and every connection.
 pub struct Identities {
     verifier: Option<Arc<DeviceCertVerifier>>,
+    /// The secret per-device tokens are checked with (`--device-token-secret`).
+    device_tokens: Option<Arc<DeviceTokenKey>>,
     /// The deny list in force.
     pub deny: Arc<DenyCell>,
     /// Which connection serves each identity.
@@ -89,15 +99,24 @@ impl Identities {
                 tracing::info!(client_ca = %ca.display(), "mutual TLS: device identity comes from the client certificate");
                 Some(Arc::new(v))
             }
-            None => {
-                let how = if config.identity.auth_token.is_some() { "the shared --auth-token" } else { "nothing (no --auth-token either)" };
-                tracing::warn!("no --client-ca: device identity is UNVERIFIED (dev mode): a device is whatever its Hello claims, checked by {how}");
-                None
-            }
+            None => None,
         };
+        let device_tokens = match &config.identity.device_token_secret {
+            Some(path) => {
+                let key = DeviceTokenKey::load(path)?;
+                tracing::info!(secret = %path.display(), "per-device tokens: a device's token must be the one issued for the id it claims");
+                Some(Arc::new(key))
+            }
+            None => None,
+        };
+        if verifier.is_none() && device_tokens.is_none() {
+            let how = if config.identity.auth_token.is_some() { "the shared --auth-token" } else { "nothing (no --auth-token either)" };
+            tracing::warn!("no --client-ca or --device-token-secret: device identity is UNVERIFIED (dev mode): a device is whatever its Hello claims, checked by {how}");
+        }
         let max_buckets = config.transport.max_connections.saturating_mul(2).max(1024);
         Ok(Self {
             verifier,
+            device_tokens,
             deny,
             registry: Arc::default(),
             rate: DeviceRateLimiter::new(config.identity.device_rate, max_buckets),
@@ -108,9 +127,14 @@ impl Identities {
         })
     }
 
-    /// Whether identities are verified (mutual TLS).
+    /// Whether identities are verified by client certificate (mutual TLS).
     pub fn verified(&self) -> bool {
         self.verifier.is_some()
+    }
+
+    /// The per-device token secret, for the handshake to check tokens with.
+    pub fn device_tokens(&self) -> Option<Arc<DeviceTokenKey>> {
+        self.device_tokens.clone()
     }
 
     /// The TLS client-certificate verifier, under mutual TLS.
@@ -119,7 +143,8 @@ impl Identities {
     }
 
     /// The identity of a device past `Hello`, which claimed `claimed`: under mutual TLS the
-    /// verified certificate's, else the claim. A revoked one is refused (`Auth`).
+    /// verified certificate's, else the claim (proved when the handshake checked its
+    /// per-device token). A revoked one is refused (`Auth`).
     pub fn identify(&self, conn: &quinn::Connection, claimed: &str) -> Result<Identity, RejectReason> {
         let identity = if self.verified() {
             let certs = conn.peer_identity().and_then(|any| any.downcast::<Vec<CertificateDer<'static>>>().ok());
@@ -134,9 +159,9 @@ impl Identities {
             if cert.device_id != claimed {
                 tracing::debug!(device = %cert.device_id, claimed, "Hello claims another device id than the certificate: the certificate's is used");
             }
-            Identity { device_id: Arc::from(cert.device_id), serial: Some(cert.serial) }
+            Identity { device_id: Arc::from(cert.device_id), serial: Some(cert.serial), verified: true }
         } else {
-            Identity { device_id: Arc::from(claimed), serial: None }
+            Identity { device_id: Arc::from(claimed), serial: None, verified: self.device_tokens.is_some() }
         };
         // Checked again here: the list may have been reloaded since the TLS handshake, and in
         // dev mode this is the only check.

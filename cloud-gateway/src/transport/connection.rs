@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::exchange::gateway::{self, EscalationOutcome, Refused, Request, HELLO_TIMEOUT};
-use common::protocol::{encode_frame, CodecError, ContextError, ContextSync, Frame, TraceContext, WireSampling};
+use common::protocol::{encode_frame, CodecError, ContextError, ContextSync, Frame, RejectReason, TraceContext, WireSampling};
 use common::sampling::SamplingParams;
 use common::telemetry::TRACE_TARGET;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -77,6 +77,8 @@ pub struct ConnectionActor;
 /// Its state.
 pub struct ConnState {
     device: Arc<str>,
+    /// The device's address: whose share of the session store its new sessions count in.
+    source: std::net::IpAddr,
     shared: Arc<Shared>,
     protocol_version: u16,
 }
@@ -105,8 +107,6 @@ pub async fn serve_connection(incoming: quinn::Incoming, shared: Arc<Shared>, pl
             return;
         }
     };
-    // One connection per identity: this one replaces an older one of the same device.
-    shared.identity.registry.admit(&device.identity, &conn);
     let lives = conn.clone();
     let (fleet, device_id, connection) = (shared.fleet.clone(), device.identity.device_id.clone(), conn.stable_id() as u64);
     fleet.connected(&device_id, &device.slm_id, device.protocol_version, connection);
@@ -150,6 +150,13 @@ async fn handshake(conn: &quinn::Connection, shared: &Shared) -> anyhow::Result<
                     anyhow::bail!("handshake rejected: {reason:?}")
                 }
             };
+            // One connection per identity, before the device is welcomed: a proved identity's
+            // newest connection replaces the older; a claim cannot evict a live connection.
+            if let Err(in_use) = shared.identity.registry.admit(&identity, conn) {
+                metrics::counter!("duet_gateway_handshakes_rejected_total").increment(1);
+                refuse(conn, send, &Refused { reason: RejectReason::Other(in_use.to_string()) }, max).await;
+                anyhow::bail!("handshake rejected for device {}: {in_use}", identity.device_id)
+            }
             send.write_all(&encode_frame(&welcomed.reply, max)?).await?;
             send.finish()?;
             tracing::info!(device = %identity.device_id, verified = identity.serial.is_some(), slm = %welcomed.slm_id, version = welcomed.protocol_version, remote = %conn.remote_address(), "device welcomed");
@@ -397,8 +404,8 @@ impl ConnState {
         self.shared.fleet.escalation(&self.device);
         let key = SessionKey { device: self.device.clone(), session_id };
         let applied = child(&span, || tracing::info_span!(target: TRACE_TARGET, parent: &span, "apply_context")).in_scope(|| self.shared.store.apply(&key, seq, &context, received));
-        let snapshot = match applied {
-            Ok(s) => s,
+        let applied = match applied {
+            Ok(a) => a,
             Err(StoreError::Context(e)) => {
                 if matches!(e, ContextError::Missing { .. }) {
                     metrics::counter!("duet_gateway_context_missing_total").increment(1);
@@ -406,13 +413,13 @@ impl ConnState {
                 return answer_now(send, EscalationOutcome::Context(e));
             }
             Err(StoreError::TooManySessions(limit)) => return answer_now(send, EscalationOutcome::TooManySessions { limit }),
-            Err(StoreError::GatewayFull(limit)) => return answer_now(send, EscalationOutcome::GatewayFull { limit }),
         };
         if let Err(retry_after_ms) = self.shared.identity.rate.check(&self.device, Instant::now()) {
             // This device is over its own rate: it falls back, others keep their share.
             metrics::counter!("duet_gateway_escalations_rate_limited_total").increment(1);
             return answer_now(send, EscalationOutcome::Busy { retry_after_ms });
         }
+        let snapshot = applied.snapshot.clone();
         let base_len = snapshot.len();
         let draft: Arc<[u32]> = Arc::from(draft);
         let request = LlmRequest { session: key.clone(), context: snapshot, sampling: SamplingParams::from(sampling), seq, draft: draft.clone() };
@@ -424,6 +431,18 @@ impl ConnState {
             Ok(pending) => pending,
             Err(Busy { retry_after_ms, .. }) => return answer_now(send, EscalationOutcome::Busy { retry_after_ms }),
         };
+        // Admitted: only now is a new session's context kept (work refused leaves nothing).
+        match self.shared.store.admit(&key, applied, self.source, received) {
+            Ok(evicted) => evicted.into_iter().for_each(|k| self.shared.llm.end_session(k)),
+            Err(StoreError::TooManySessions(limit)) => {
+                drop(pending); // cancels the work
+                return answer_now(send, EscalationOutcome::TooManySessions { limit });
+            }
+            Err(StoreError::Context(e)) => {
+                drop(pending);
+                return answer_now(send, EscalationOutcome::Context(e));
+            }
+        }
         let max = self.shared.max_frame_bytes;
         tokio::spawn(async move {
             let mut send = send;
@@ -454,12 +473,19 @@ impl ConnState {
         });
     }
 
+    /// Drop the session and its queued work, then answer: `SessionEnded` on a v6 connection, the
+    /// stream ended with no frame before v6 (`gateway::end_session_answer`).
     fn on_end_session(&self, session_id: u64, mut send: quinn::SendStream) {
         let key = SessionKey { device: self.device.clone(), session_id };
         if self.shared.store.remove(&key) {
             self.shared.llm.end_session(key);
         }
-        let _ = send.finish();
+        match gateway::end_session_answer(self.protocol_version, session_id) {
+            Some(answer) => self.reply_now(send, answer),
+            None => {
+                let _ = send.finish();
+            }
+        }
     }
 }
 
@@ -471,8 +497,9 @@ impl Actor for ConnectionActor {
     async fn pre_start(&self, myself: ActorRef<Self::Msg>, (conn, device, protocol_version, shared): Self::Arguments) -> Result<Self::State, ActorProcessingErr> {
         shared.connections.fetch_add(1, Ordering::Relaxed);
         metrics::gauge!("duet_gateway_connections").increment(1.0);
+        let source = conn.remote_address().ip();
         tokio::spawn(accept_streams(conn, myself, shared.clone(), device.clone(), protocol_version));
-        Ok(ConnState { device, shared, protocol_version })
+        Ok(ConnState { device, source, shared, protocol_version })
     }
 
     async fn post_stop(&self, _myself: ActorRef<Self::Msg>, state: &mut Self::State) -> Result<(), ActorProcessingErr> {

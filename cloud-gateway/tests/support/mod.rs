@@ -123,3 +123,39 @@ pub async fn rejected(link: &Link) -> String {
     }
     panic!("not rejected: {:?}", link.state());
 }
+
+/// A QUIC client endpoint on `local` (e.g. 127.0.0.2 for a second source address) trusting the
+/// test gateway's certificate.
+pub fn client_on(local: &str, ca: &Path) -> quinn::Endpoint {
+    let client = edge_node::tls::client_config(Some(ca), false, Duration::from_secs(5)).unwrap();
+    let mut endpoint = quinn::Endpoint::client(local.parse().unwrap()).unwrap();
+    endpoint.set_default_client_config(client);
+    endpoint
+}
+
+/// A connection from `endpoint` that sent `Hello` as `device` with `auth`, and the gateway's
+/// answer (`Welcome` or `Reject`).
+pub async fn hello_with(endpoint: &quinn::Endpoint, addr: SocketAddr, device: &str, auth: &str) -> (quinn::Connection, Frame) {
+    let conn = endpoint.connect(addr, "localhost").unwrap().await.unwrap();
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    let frame = Frame::Hello { protocol_version: common::protocol::PROTOCOL_VERSION, device_id: device.into(), auth: auth.into(), tokenizer_fingerprint: fingerprint(), slm_id: "test".into() };
+    send.write_all(&common::protocol::encode_frame(&frame, MAX_REPLY).unwrap()).await.unwrap();
+    send.finish().unwrap();
+    let reply = read_reply(&mut recv).await;
+    (conn, reply)
+}
+
+/// A connection from `endpoint` past `Hello` as `device` (no credential).
+pub async fn hello(endpoint: &quinn::Endpoint, addr: SocketAddr, device: &str) -> quinn::Connection {
+    let (conn, reply) = hello_with(endpoint, addr, device, "").await;
+    assert!(matches!(reply, Frame::Welcome { .. }), "{reply:?}");
+    conn
+}
+
+/// Send `frame` on a new stream of `conn` and read its one-frame reply.
+pub async fn request(conn: &quinn::Connection, frame: &Frame) -> Frame {
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    send.write_all(&common::protocol::encode_frame(frame, MAX_REPLY).unwrap()).await.unwrap();
+    send.finish().unwrap();
+    read_reply(&mut recv).await
+}

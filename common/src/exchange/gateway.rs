@@ -5,12 +5,21 @@
 //! moves bytes and awaits the batcher. Every rule a device can observe (why a `Hello` is
 //! refused, which error code a bad frame gets, what a backend failure looks like on the wire)
 //! lives in these functions, so both the gateway and its tests use one definition.
+//!
+//! A device's strings are checked here before the gateway logs or lists them (its `slm_id` by
+//! the model-id rule, as its `device_id` by its own), and the gateway's own free text is
+//! escaped where each `Error` is made ([`crate::protocol::text::escape_text`]): a backend's
+//! error or a decoder's complaint may quote bytes a device sent. A refusal never echoes the
+//! string it refuses. Answers added in a later protocol version go only to devices that speak
+//! it ([`end_session_answer`], [`bundle_not_offered`]); older devices get what they always got.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::constant_time_eq;
+use crate::device_token::DeviceTokenKey;
 use crate::fleet::{BundleRef, Sha256Digest};
-use crate::protocol::{understands_go_away, CodecError, ContextError, ContextSync, ErrorCode, Frame, Limits, RejectReason, ValidationLimits, WireSampling, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
+use crate::protocol::{understands_go_away, understands_v6_answers, CodecError, ContextError, ContextSync, ErrorCode, Frame, Limits, RejectReason, ValidationLimits, WireSampling, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 
 /// How long a device has to send `Hello` after connecting.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -18,10 +27,13 @@ pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 pub use crate::device_id::MAX_DEVICE_ID_BYTES;
 
 /// What the gateway checks a `Hello` against and announces in `Welcome`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct HandshakePolicy {
     /// Shared secret devices present; `None` accepts any device (development only).
     pub auth_token: Option<String>,
+    /// The secret per-device tokens are checked with: a `Hello`'s `auth` must be the token of
+    /// the id it claims ([`crate::device_token`]). `None`: no per-device token is asked for.
+    pub device_tokens: Option<Arc<DeviceTokenKey>>,
     /// Fingerprint of the LLM's tokenizer; a device with another one is refused.
     pub tokenizer_fingerprint: String,
     /// Name announced in `Welcome`.
@@ -78,9 +90,18 @@ pub fn answer_hello(policy: &HandshakePolicy, limits: Limits, hello: Result<Fram
     if tokenizer_fingerprint != policy.tokenizer_fingerprint {
         return Err(Refused::new(RejectReason::TokenizerMismatch { expected: policy.tokenizer_fingerprint.clone() }));
     }
+    if let Err(e) = crate::protocol::text::check_model_id(&slm_id) {
+        // Not echoed either: the gateway logs and lists an slm_id as it is.
+        return Err(Refused::new(RejectReason::Other(format!("slm_id refused: {e}"))));
+    }
     if let Err(e) = crate::device_id::check_device_id(&device_id) {
         // Said without echoing the id back: it may be the very escape sequence refused.
         return Err(Refused::new(RejectReason::Other(format!("device_id refused: {e}"))));
+    }
+    if let Some(key) = &policy.device_tokens {
+        if !key.verify(&device_id, &auth) {
+            return Err(Refused::new(RejectReason::Auth));
+        }
     }
     let reply = Frame::Welcome { gateway_id: policy.gateway_id.clone(), llm_id: policy.llm_id.clone(), limits };
     Ok(Welcomed { device_id, slm_id, protocol_version, reply })
@@ -271,9 +292,25 @@ pub fn drafts_unsupported(protocol_version: u16, session_id: u64, seq: u32) -> O
         .then(|| error(Some(session_id), Some(seq), ErrorCode::Malformed, format!("drafts need protocol version 5, this connection speaks {protocol_version}")))
 }
 
-/// The answer to `FetchBundle` for a bundle this device is not offered (or no longer is).
-pub fn bundle_not_offered(sha256: &Sha256Digest) -> Frame {
-    error(None, None, ErrorCode::UnknownSession, format!("bundle {} is not offered to this device", sha256.short()))
+/// The answer to `FetchBundle` for a bundle this device is not offered (or no longer is):
+/// `BundleNotOffered` to a device that speaks `protocol_version` 6 or later, `UnknownSession`
+/// (the code this answer had before v6, which older devices decode) to older ones.
+pub fn bundle_not_offered(protocol_version: u16, sha256: &Sha256Digest) -> Frame {
+    let code = if understands_v6_answers(protocol_version) { ErrorCode::BundleNotOffered } else { ErrorCode::UnknownSession };
+    error(None, None, code, format!("bundle {} is not offered to this device", sha256.short()))
+}
+
+/// The answer to `EndSession` on a connection that speaks `protocol_version`, once the session
+/// is dropped: `SessionEnded` from v6 on; `None` before, where the stream ends with no frame
+/// (what those devices expect, and all a v1-v5 layout has to say).
+pub fn end_session_answer(protocol_version: u16, session_id: u64) -> Option<Frame> {
+    understands_v6_answers(protocol_version).then_some(Frame::SessionEnded { session_id })
+}
+
+/// The answer to a `BundleReport` whose figures cannot follow the connection's previous report
+/// ([`crate::fleet::ReportedCounts::follows`]): `Malformed`, and the report is not recorded.
+pub fn report_refused(why: &crate::fleet::ReportError) -> Frame {
+    error(None, None, ErrorCode::Malformed, format!("bundle report refused: {why}"))
 }
 
 /// The answer to a request frame that exceeds the size limit, read from its length prefix.
@@ -281,6 +318,8 @@ pub fn oversize(len: usize, max: usize) -> Frame {
     error(None, None, ErrorCode::Oversize, format!("frame of {len} bytes exceeds {max}"))
 }
 
+/// Every `Error` the gateway sends, with its message escaped: it may quote a backend's error
+/// or a decoder's complaint about a device's bytes, and a device logs it.
 fn error(session_id: Option<u64>, seq: Option<u32>, code: ErrorCode, message: String) -> Frame {
-    Frame::Error { session_id, seq, code, message }
+    Frame::Error { session_id, seq, code, message: crate::protocol::text::escape_text(&message) }
 }

@@ -497,7 +497,7 @@ fn over_a_lossy_network_every_accepted_answer_is_for_its_own_context() {
 }
 
 fn handshake_policy() -> HandshakePolicy {
-    HandshakePolicy { auth_token: Some("sesame".into()), tokenizer_fingerprint: FP.into(), gateway_id: "gw".into(), llm_id: "llm".into() }
+    HandshakePolicy { auth_token: Some("sesame".into()), device_tokens: None, tokenizer_fingerprint: FP.into(), gateway_id: "gw".into(), llm_id: "llm".into() }
 }
 
 fn hello(version: u16, auth: &str, fp: &str, device: &str) -> Frame {
@@ -512,6 +512,19 @@ fn the_handshake_welcomes_a_good_device_with_the_limits() {
     assert_eq!(ok.reply, Frame::Welcome { gateway_id: "gw".into(), llm_id: "llm".into(), limits });
     let open = HandshakePolicy { auth_token: None, ..handshake_policy() };
     assert!(gateway::answer_hello(&open, limits, Ok(hello(PROTOCOL_VERSION, "anything", FP, "dev"))).is_ok());
+}
+
+#[test]
+fn a_per_device_token_admits_only_the_device_it_was_issued_to() {
+    let limits = Limits { max_frame_bytes: 1000, max_context_tokens: 100, max_sessions: 4, service_time_ms: 0 };
+    let key = crate::device_token::DeviceTokenKey::from_hex(&"5a".repeat(32)).unwrap();
+    let token = key.issue("dev-1");
+    let policy = HandshakePolicy { auth_token: None, device_tokens: Some(std::sync::Arc::new(key)), ..handshake_policy() };
+    assert_eq!(gateway::answer_hello(&policy, limits, Ok(hello(PROTOCOL_VERSION, &token, FP, "dev-1"))).unwrap().device_id, "dev-1");
+    // The same token claiming another id, no token, or another device's token: refused.
+    for (auth, device) in [(token.as_str(), "dev-2"), ("", "dev-1"), ("sesame", "dev-1")] {
+        assert_eq!(gateway::answer_hello(&policy, limits, Ok(hello(PROTOCOL_VERSION, auth, FP, device))).unwrap_err().reason, RejectReason::Auth, "{auth:?} as {device}");
+    }
 }
 
 #[test]
@@ -819,5 +832,94 @@ mod drafts {
         let _t = Pair::sent(&step).clone();
         let old = Frame::Error { session_id: None, seq: None, code: ErrorCode::Malformed, message: "unknown variant".into() };
         assert_eq!(fallback(p.edge.on_reply(old, &ctx, p.now)).0, FallbackReason::GatewayError);
+    }
+}
+
+/// What the gateway takes from a device's strings and puts in its own: the `Hello`'s names
+/// refused when a log line or the fleet listing could not print them as they are, its own
+/// messages escaped, and v6's answers only to v6 devices.
+mod untrusted_strings {
+    use super::*;
+    use crate::protocol::text::{first_unsafe, HOSTILE};
+
+    fn hello_from(slm_id: &str) -> Frame {
+        Frame::Hello { protocol_version: PROTOCOL_VERSION, device_id: "dev".into(), auth: "sesame".into(), tokenizer_fingerprint: FP.into(), slm_id: slm_id.into() }
+    }
+
+    fn limits() -> Limits {
+        Limits { max_frame_bytes: 1000, max_context_tokens: 100, max_sessions: 4, service_time_ms: 0 }
+    }
+
+    #[test]
+    fn a_hello_whose_slm_id_could_forge_a_log_line_is_refused_without_echoing_it() {
+        let forged = "slm\n2099-01-01T00:00:00Z ERROR forged".to_string();
+        let long = "x".repeat(129);
+        for slm in HOSTILE.iter().map(|s| s.to_string()).chain([forged, long, "a b".into()]) {
+            let refused = gateway::answer_hello(&handshake_policy(), limits(), Ok(hello_from(&slm))).unwrap_err();
+            let RejectReason::Other(why) = &refused.reason else { panic!("{slm:?}: {:?}", refused.reason) };
+            assert!(why.starts_with("slm_id refused"), "{why}");
+            assert!(!why.contains(&slm) && first_unsafe(why).is_none(), "{why:?} echoes {slm:?}");
+            assert_eq!(refused.reply().validate(&ValidationLimits::default()), Ok(()), "the Reject itself passes validation");
+        }
+        let ok = gateway::answer_hello(&handshake_policy(), limits(), Ok(hello_from("Qwen/Qwen2.5-0.5B-Instruct"))).unwrap();
+        assert_eq!(ok.slm_id, "Qwen/Qwen2.5-0.5B-Instruct");
+    }
+
+    #[test]
+    fn a_hello_whose_device_id_holds_a_bidi_override_is_refused() {
+        for d in HOSTILE {
+            let refused = gateway::answer_hello(&handshake_policy(), limits(), Ok(hello(PROTOCOL_VERSION, "sesame", FP, d))).unwrap_err();
+            assert!(matches!(&refused.reason, RejectReason::Other(why) if why.starts_with("device_id refused") && first_unsafe(why).is_none()), "{d:?}: {:?}", refused.reason);
+        }
+    }
+
+    #[test]
+    fn every_error_the_gateway_makes_carries_an_escaped_message_a_device_can_validate() {
+        use crate::protocol::text::MAX_TEXT_BYTES;
+        for raw in HOSTILE.iter().map(|s| s.to_string()).chain(["\n".repeat(100_000)]) {
+            let frames = [
+                gateway::reply(1, 2, EscalationOutcome::BackendFailed(raw.clone())),
+                gateway::reply(1, 2, EscalationOutcome::ContextTooLong(raw.clone())),
+                gateway::reply(1, 2, EscalationOutcome::InvalidToken(raw.clone())),
+            ];
+            for f in frames {
+                let Frame::Error { message, .. } = &f else { panic!("{f:?}") };
+                assert!(first_unsafe(message).is_none() && message.len() <= MAX_TEXT_BYTES, "{message:?}");
+                assert_eq!(f.validate(&ValidationLimits::default()), Ok(()));
+            }
+        }
+    }
+
+    #[test]
+    fn end_session_is_answered_with_session_ended_from_v6_and_by_an_empty_stream_before() {
+        assert_eq!(gateway::end_session_answer(6, 9), Some(Frame::SessionEnded { session_id: 9 }));
+        assert_eq!(gateway::end_session_answer(PROTOCOL_VERSION, 9), Some(Frame::SessionEnded { session_id: 9 }));
+        for v in 1..6 {
+            assert_eq!(gateway::end_session_answer(v, 9), None, "v{v} decodes no SessionEnded");
+        }
+    }
+
+    #[test]
+    fn a_bundle_not_offered_has_its_own_code_from_v6_and_unknown_session_before() {
+        let sha = crate::fleet::Sha256Digest([3; 32]);
+        let code = |v: u16| match gateway::bundle_not_offered(v, &sha) {
+            Frame::Error { code, .. } => code,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(code(6), ErrorCode::BundleNotOffered);
+        assert_eq!(code(4), ErrorCode::UnknownSession);
+        assert_eq!(code(5), ErrorCode::UnknownSession);
+        // What a v5 device decodes: the pre-v6 code, never the new variant's index.
+        let old = encode_frame(&gateway::bundle_not_offered(5, &sha), MAX).unwrap();
+        assert!(matches!(decode_frame(&old, MAX), Ok(Frame::Error { code: ErrorCode::UnknownSession, .. })));
+    }
+
+    #[test]
+    fn a_report_refusal_is_malformed_and_says_why() {
+        let why = crate::fleet::ReportError::FallbacksExceedEscalations { escalations: 1, fallbacks: 2 };
+        assert!(matches!(gateway::report_refused(&why), Frame::Error { code: ErrorCode::Malformed, message, .. } if message.contains("2 fallbacks among 1")));
+        let report = Frame::BundleReport { running: None, escalations: 1, fallbacks: 2 };
+        let classified = gateway::classify(Ok(report), &ValidationLimits::default());
+        assert!(matches!(classified, Request::Answer(Frame::Error { code: ErrorCode::Malformed, .. })), "{classified:?}");
     }
 }
