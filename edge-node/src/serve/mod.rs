@@ -243,4 +243,28 @@ mod tests {
         let no_presync = Cli::parse_from(["serve", "--no-presync"]).serve;
         assert!(refuse_unused(&no_presync).is_ok() && no_presync.cloud.no_presync, "passed on to every routed request's link");
     }
+
+    #[test]
+    fn the_connection_and_request_limits_are_config_keys_with_device_safe_defaults() {
+        let defaults = Cli::parse_from(["serve"]).serve;
+        assert_eq!((defaults.max_connections, defaults.header_timeout_ms, defaults.idle_timeout_ms, defaults.max_request_tokens), (256, 10_000, 60_000, 4096));
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("edge.toml");
+        std::fs::write(&file, "max-connections = 64\nheader-timeout-ms = 2000\nidle-timeout-ms = 5000\nmax-request-tokens = 1024\n").unwrap();
+        let command = <Cli as clap::CommandFactory>::command();
+        let serve = Cli::parse_from(common::config_file::expand(&command, vec!["serve".into()], &file).unwrap()).serve;
+        assert_eq!((serve.max_connections, serve.header_timeout_ms, serve.idle_timeout_ms, serve.max_request_tokens), (64, 2000, 5000, 1024));
+        std::fs::write(&file, "max-conections = 64\n").unwrap();
+        let err = common::config_file::expand(&command, vec!["serve".into()], &file).unwrap_err().to_string();
+        assert!(err.contains("unknown key `max-conections`") && err.contains("max-connections"), "{err}");
+    }
+
+    #[test]
+    fn serve_refuses_limits_that_would_refuse_every_request() {
+        let over = Cli::parse_from(["serve", "--max-tokens", "512", "--max-request-tokens", "256"]).serve;
+        assert!(refuse_unused(&over).unwrap_err().to_string().contains("--max-request-tokens"));
+        for zero in ["--max-connections", "--header-timeout-ms", "--idle-timeout-ms", "--max-request-tokens"] {
+            assert!(Cli::try_parse_from(["serve", zero, "0"]).is_err(), "{zero} 0");
+        }
+    }
 }
