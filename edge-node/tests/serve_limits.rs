@@ -266,3 +266,24 @@ fn a_bad_temperature_is_refused_naming_temperature() {
     assert_eq!(sample("temperature", json!(-0.5)).as_deref(), Some("temperature"));
     assert_eq!(sample("top_p", json!(1.5)).as_deref(), Some("top_p"));
 }
+
+#[test]
+fn a_stop_closes_idle_and_half_sent_connections_at_once_and_exits_cleanly() {
+    let mut server = Server::start(&["--header-timeout-ms", "30000"]);
+    let mut kept = server.connect();
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    assert_eq!(read_reply(&mut kept).expect("a reply").status, 200);
+    let _half_sent = slowloris(&server);
+    std::thread::sleep(Duration::from_millis(200));
+    let status = Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let stopped = Instant::now();
+    loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            assert!(status.success(), "{status:?}");
+            break;
+        }
+        assert!(stopped.elapsed() < Duration::from_secs(3), "still running with a kept-alive and a half-sent connection open");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

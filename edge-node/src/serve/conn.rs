@@ -67,8 +67,9 @@ pub struct Limits {
     pub idle_timeout: Duration,
 }
 
-/// Serve `app` on `listener` under `limits` until `shutdown` resolves; then stop accepting, let
-/// the requests in progress finish, and return once every connection is closed.
+/// Serve `app` on `listener` under `limits` until `shutdown` resolves; then stop accepting, close
+/// the connections with no request in progress, let the requests in progress finish, and return
+/// once every connection is closed.
 pub async fn serve(listener: TcpListener, app: axum::Router, limits: Limits, shutdown: impl Future<Output = ()>) {
     let registry = Arc::new(Registry::default());
     let refusals = Arc::new(Semaphore::new(REFUSALS));
@@ -311,6 +312,12 @@ async fn serve_connection(stream: TcpStream, id: u64, conn: Arc<Conn>, app: axum
                 break;
             }
             _ = stop.changed(), if !stopping => {
+                // A connection with no request in progress closes now (one still sending its
+                // header would otherwise hold the stop for the header timeout); one with a
+                // request finishes it.
+                if conn.evictable_since().is_some() {
+                    break;
+                }
                 stopping = true;
                 http.as_mut().graceful_shutdown();
             }
