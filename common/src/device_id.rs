@@ -4,8 +4,10 @@
 //!
 //! A device id ends up in logs, metric labels, trace attributes and deny lists. A control
 //! character in one (a newline, an escape sequence, a NUL) forges log lines or garbles a
-//! terminal, and an id of kilobytes multiplies every map key that holds it, so both are refused
-//! at the door rather than escaped everywhere later.
+//! terminal, a bidi override (U+202E) or a zero-width character makes two ids that print alike
+//! differ, and an id of kilobytes multiplies every map key that holds it, so all are refused at
+//! the door rather than escaped everywhere later (the character rule is
+//! [`crate::protocol::text::unsafe_char`]'s).
 
 /// Longest device id, in bytes: room for a 64-byte host name with a process id (the edge's
 /// default id) or a UUID with a fleet prefix, and small enough that a map keyed by ids stays
@@ -26,8 +28,8 @@ pub enum DeviceIdError {
         /// The limit.
         max: usize,
     },
-    /// Holds a control character (at this char index).
-    #[error("the device id holds a control character (U+{code:04X}) at position {at}")]
+    /// Holds a control, bidi or invisible character (at this char index).
+    #[error("the device id holds a control character, or a bidi or invisible one (U+{code:04X}) at position {at}")]
     ControlCharacter {
         /// Char index of the first one.
         at: usize,
@@ -39,8 +41,8 @@ pub enum DeviceIdError {
     Padded,
 }
 
-/// Check a device id: 1..=[`MAX_DEVICE_ID_BYTES`] bytes, no control characters, no leading or
-/// trailing white space.
+/// Check a device id: 1..=[`MAX_DEVICE_ID_BYTES`] bytes, no control, bidi or invisible
+/// characters ([`crate::protocol::text::unsafe_char`]), no leading or trailing white space.
 pub fn check_device_id(id: &str) -> Result<(), DeviceIdError> {
     if id.is_empty() {
         return Err(DeviceIdError::Empty);
@@ -48,8 +50,8 @@ pub fn check_device_id(id: &str) -> Result<(), DeviceIdError> {
     if id.len() > MAX_DEVICE_ID_BYTES {
         return Err(DeviceIdError::TooLong { len: id.len(), max: MAX_DEVICE_ID_BYTES });
     }
-    if let Some((at, c)) = id.chars().enumerate().find(|(_, c)| c.is_control()) {
-        return Err(DeviceIdError::ControlCharacter { at, code: u32::from(c) });
+    if let Some((at, code)) = crate::protocol::text::first_unsafe(id) {
+        return Err(DeviceIdError::ControlCharacter { at, code });
     }
     if id.trim() != id {
         return Err(DeviceIdError::Padded);
@@ -74,6 +76,9 @@ mod tests {
         assert_eq!(check_device_id("evil\ndevice-a welcomed"), Err(DeviceIdError::ControlCharacter { at: 4, code: 10 }));
         for id in ["a\0b", "a\u{1b}[31m", "tab\there", "del\u{7f}", "c1\u{85}"] {
             assert!(matches!(check_device_id(id), Err(DeviceIdError::ControlCharacter { .. })), "{id:?}");
+        }
+        for id in crate::protocol::text::HOSTILE {
+            assert!(matches!(check_device_id(id), Err(DeviceIdError::ControlCharacter { at: 1, .. })), "{id:?}");
         }
         assert!(matches!(check_device_id(&"x".repeat(MAX_DEVICE_ID_BYTES + 1)), Err(DeviceIdError::TooLong { .. })));
         assert_eq!(check_device_id(&"x".repeat(MAX_DEVICE_ID_BYTES)), Ok(()));

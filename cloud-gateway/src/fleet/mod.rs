@@ -3,8 +3,14 @@
 //! reports, and what the operator sees of them (`/v1/fleet`, `duet_gateway_fleet_devices`).
 //!
 //! The rules themselves are `common::fleet`'s: which bundle a device gets
-//! ([`common::fleet::SlmRollout::assign`]), how a bundle is chunked. A gateway never needs the
-//! signing key; devices verify what it serves.
+//! ([`common::fleet::SlmRollout::assign`]), how a bundle is chunked, which reported figures
+//! can be true ([`common::fleet::ReportedCounts`]). A gateway never needs the signing key;
+//! devices verify what it serves.
+//!
+//! What `/v1/fleet` lists comes from devices, so each part is checked before it is kept: the
+//! `slm_id` at the handshake (the model-id rule), a bundle version at validation (its own
+//! rule), and a report's figures against the same connection's previous report here (a report
+//! that cannot be true is refused and the listing keeps the last good one).
 
 pub mod store;
 
@@ -14,7 +20,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::fleet::device::chunk_of;
-use common::fleet::{BundleRef, Sha256Digest, MAX_CHUNK_BYTES};
+use common::fleet::{BundleRef, ReportedCounts, Sha256Digest, MAX_CHUNK_BYTES};
 use common::protocol::Frame;
 use dashmap::DashMap;
 use serde::Serialize;
@@ -208,10 +214,17 @@ impl Fleet {
         }
     }
 
-    /// `device` reported; the `BundleOffer` that answers it.
+    /// `device` reported; the `BundleOffer` that answers it, or an error if its figures cannot
+    /// follow this connection's previous report (then nothing of it is recorded).
     pub fn report(&self, device: &str, running: Option<BundleRef>, escalations: u64, fallbacks: u64) -> Frame {
+        let now = ReportedCounts { escalations, fallbacks };
         let slm = match self.devices.get_mut(device) {
             Some(mut e) => {
+                let before = ReportedCounts { escalations: e.view.escalations, fallbacks: e.view.fallbacks };
+                if let Err(why) = now.follows(&before) {
+                    metrics::counter!("duet_gateway_fleet_reports_refused_total").increment(1);
+                    return common::exchange::gateway::report_refused(&why);
+                }
                 e.view.bundle = running.as_ref().map(|r| r.version.clone());
                 e.running = running.as_ref().map(|r| r.sha256);
                 e.view.escalations = escalations;
@@ -224,13 +237,15 @@ impl Fleet {
         Frame::BundleOffer { bundle: self.snapshot().assign(&slm, device) }
     }
 
-    /// The answer to `FetchBundle` from `device`: a chunk of a bundle of its SLM's rollout.
+    /// The answer to `FetchBundle` from `device`: a chunk of a bundle of its SLM's rollout, or
+    /// the refusal its protocol version decodes.
     pub fn fetch(&self, device: &str, sha256: Sha256Digest, offset: u32) -> Frame {
-        let slm = self.devices.get(device).map(|e| e.view.slm.clone()).unwrap_or_default();
+        // An unknown device gets the refusal every version decodes.
+        let (slm, protocol_version) = self.devices.get(device).map(|e| (e.view.slm.clone(), e.view.protocol_version)).unwrap_or_default();
         self.snapshot()
             .file(&slm, &sha256)
             .and_then(|file| chunk_of(&file, sha256, offset, self.chunk_bytes))
-            .unwrap_or_else(|| common::exchange::gateway::bundle_not_offered(&sha256))
+            .unwrap_or_else(|| common::exchange::gateway::bundle_not_offered(protocol_version, &sha256))
     }
 
     /// Every connected device.
@@ -333,5 +348,43 @@ mod tests {
         assert_eq!((v.bundle.as_deref(), v.escalations, v.fallbacks), (Some("v1"), 7, 2));
         assert!(matches!(fleet.fetch("dev", Sha256Digest([1; 32]), 0), Frame::Error { .. }));
         assert_eq!(fleet.report("unknown", None, 0, 0), Frame::BundleOffer { bundle: None });
+    }
+
+    #[test]
+    fn a_report_that_cannot_follow_the_last_one_is_refused_and_the_listing_keeps_the_last_good_one() {
+        let fleet = Fleet::new(None, Duration::from_secs(1), None, 65_536);
+        let d: Arc<str> = Arc::from("dev");
+        fleet.connected(&d, "s", 6, 1);
+        let r = |v: &str| Some(BundleRef { version: v.into(), sha256: Sha256Digest([1; 32]), size: 5 });
+        assert_eq!(fleet.report("dev", r("v1"), 10, 4), Frame::BundleOffer { bundle: None });
+        let refused = |f: Frame| matches!(f, Frame::Error { code: common::protocol::ErrorCode::Malformed, .. });
+        assert!(refused(fleet.report("dev", r("v2"), 9, 4)), "escalations went back");
+        assert!(refused(fleet.report("dev", r("v2"), 12, 3)), "fallbacks went back");
+        assert!(refused(fleet.report("dev", r("v2"), 12, 13)), "more fallbacks than escalations");
+        assert!(refused(fleet.report("dev", r("v2"), u64::MAX, 5)), "beyond any device's count");
+        let v = &fleet.devices()[0];
+        assert_eq!((v.bundle.as_deref(), v.escalations, v.fallbacks), (Some("v1"), 10, 4), "nothing of a refused report is kept");
+        assert_eq!(fleet.report("dev", r("v2"), 12, 5), Frame::BundleOffer { bundle: None });
+        // A new connection is a new run of the device: its counters start again.
+        fleet.connected(&d, "s", 6, 2);
+        assert_eq!(fleet.report("dev", None, 1, 0), Frame::BundleOffer { bundle: None });
+    }
+
+    #[test]
+    fn a_bundle_not_offered_is_refused_with_the_code_the_devices_version_decodes() {
+        use common::protocol::ErrorCode;
+        let fleet = Fleet::new(None, Duration::from_secs(1), None, 65_536);
+        let d: Arc<str> = Arc::from("dev");
+        let code = |version: u16| {
+            fleet.connected(&d, "s", version, u64::from(version));
+            match fleet.fetch("dev", Sha256Digest([1; 32]), 0) {
+                Frame::Error { code, .. } => code,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(code(4), ErrorCode::UnknownSession);
+        assert_eq!(code(5), ErrorCode::UnknownSession);
+        assert_eq!(code(6), ErrorCode::BundleNotOffered);
+        assert!(matches!(fleet.fetch("unknown", Sha256Digest([1; 32]), 0), Frame::Error { code: ErrorCode::UnknownSession, .. }));
     }
 }

@@ -291,8 +291,12 @@ fn check_manifest(m: &BundleManifest) -> Result<(), BundleError> {
     if !valid_version(&m.version) {
         return Err(BundleError::Invalid(format!("version `{}` must be 1..=64 bytes of [A-Za-z0-9._+-]", m.version.escape_default())));
     }
-    if m.slm_id.is_empty() || m.slm_id.len() > 256 || m.tokenizer_fingerprint.len() > 256 {
-        return Err(BundleError::Invalid("slm_id must be 1..=256 bytes and the fingerprint at most 256".into()));
+    // The SLM id follows the rule of the `Hello`s it is matched against, and neither it nor the
+    // fingerprint can carry a character a log line would print raw.
+    let slm_ok = !m.slm_id.is_empty() && crate::protocol::text::check_model_id(&m.slm_id).is_ok();
+    let fp_ok = m.tokenizer_fingerprint.len() <= 256 && crate::protocol::text::first_unsafe(&m.tokenizer_fingerprint).is_none();
+    if !slm_ok || !fp_ok {
+        return Err(BundleError::Invalid("slm_id must be a model id (1..=128 bytes of [A-Za-z0-9._/:+@-]) and the fingerprint at most 256 printable bytes".into()));
     }
     m.settings.validate()
 }

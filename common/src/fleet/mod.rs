@@ -15,6 +15,7 @@
 //!   what publishing a bundle does to an SLM's rollout.
 //! - [`device`]: the device's side: whether to fetch what it is offered, the chunked download
 //!   and the accept/refuse decision on the bytes.
+//! - [`report`]: the figures a device reports, and which ones a gateway takes as possible.
 //!
 //! The frames that carry them (`BundleReport`, `BundleOffer`, `FetchBundle`, `BundleChunk`)
 //! are protocol v4 ([`crate::protocol::understands_bundles`]).
@@ -22,6 +23,7 @@
 pub mod bundle;
 pub mod device;
 pub mod digest;
+pub mod report;
 pub mod rollout;
 
 #[cfg(test)]
@@ -32,6 +34,7 @@ mod tests;
 pub use bundle::{Bundle, BundleError, BundleManifest, DeviceSettings, SigningKey, VerifyingKey};
 pub use device::{check_bundle, BundleChoice, Download, Progress, Refusal};
 pub use digest::{BundleRef, Sha256Digest};
+pub use report::{ReportError, ReportedCounts, MAX_REPORTED_COUNT};
 pub use rollout::{bucket, SlmRollout};
 
 /// Largest bundle file, bytes: a router file is about 0.5 MB (an 898x128 MLP in f32); this

@@ -1,6 +1,8 @@
-//! Property tests of the bundle decoder and the chunked download: any bytes are answered with
-//! `Ok` or `Err`, never a panic; every single-byte change of a signed bundle is refused; a
-//! download never holds more than the size offered.
+//! Property tests of the bundle decoder and the chunked download: any bytes, and any bytes
+//! laid out like a bundle, are answered with `Ok` or `Err`, never a panic (the same property
+//! `fuzz/fuzz_targets/bundle_decoder.rs` explores with coverage guidance); every truncation and
+//! every single-byte change of a signed bundle is refused; a download never holds more than the
+//! size offered.
 
 use proptest::prelude::*;
 
@@ -34,6 +36,37 @@ proptest! {
         with_magic.extend_from_slice(&bundle::FORMAT.to_le_bytes());
         with_magic.extend_from_slice(&bytes);
         let _ = Bundle::decode(&with_magic);
+    }
+
+    /// Bytes laid out like a bundle (magic, format, any lengths, any parts) reach the manifest
+    /// decoder and the length checks: never a panic, and what decodes re-encodes to exactly
+    /// the bytes it came from (nothing is dropped or invented on the way).
+    #[test]
+    fn bundle_shaped_bytes_decode_to_what_they_hold_or_fail_cleanly(
+        manifest_len in prop_oneof![0u32..300, any::<u32>()],
+        manifest in prop::collection::vec(any::<u8>(), 0..300),
+        router_len in prop_oneof![0u32..300, any::<u32>()],
+        router in prop::collection::vec(any::<u8>(), 0..300),
+        tail in prop::collection::vec(any::<u8>(), 0..80),
+    ) {
+        let mut bytes = bundle::MAGIC.to_vec();
+        bytes.extend_from_slice(&bundle::FORMAT.to_le_bytes());
+        bytes.extend_from_slice(&manifest_len.to_le_bytes());
+        bytes.extend_from_slice(&manifest);
+        bytes.extend_from_slice(&router_len.to_le_bytes());
+        bytes.extend_from_slice(&router);
+        bytes.extend_from_slice(&tail);
+        if let Ok(b) = Bundle::decode(&bytes) {
+            prop_assert_eq!(b.encode(), bytes);
+        }
+    }
+
+    /// Every prefix of a signed bundle (a truncated download) is refused at decode.
+    #[test]
+    fn every_truncation_of_a_signed_bundle_is_refused(router in prop::collection::vec(any::<u8>(), 1..256), cut in any::<prop::sample::Index>()) {
+        let bytes = Bundle::sign(manifest("v1".into(), "slm".into()), router, &key()).unwrap().encode();
+        let at = cut.index(bytes.len());
+        prop_assert!(Bundle::decode(&bytes[..at]).is_err(), "a bundle cut at {} of {} decoded", at, bytes.len());
     }
 
     #[test]

@@ -6,7 +6,7 @@ use super::bundle::SIGNATURE_BYTES;
 use super::device::{chunk_of, MAX_REFUSED};
 use super::*;
 use crate::exchange::gateway::{self, Request};
-use crate::protocol::{decode_frame, encode_frame, Frame, ValidationLimits, DEFAULT_MAX_FRAME_BYTES};
+use crate::protocol::{decode_frame, encode_frame, Frame, ValidationLimits, DEFAULT_MAX_FRAME_BYTES, PROTOCOL_VERSION};
 
 const SLM: &str = "tiny-slm";
 const FP: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -202,11 +202,11 @@ fn serve(request: &Frame, file: &[u8], chunk: usize) -> Frame {
     let bytes = encode_frame(request, DEFAULT_MAX_FRAME_BYTES).unwrap();
     match gateway::classify(decode_frame(&bytes, DEFAULT_MAX_FRAME_BYTES), &ValidationLimits::default()) {
         Request::FetchBundle { sha256, offset } if sha256 == Sha256Digest::of(file) => {
-            let reply = chunk_of(file, sha256, offset, chunk).unwrap_or_else(|| gateway::bundle_not_offered(&sha256));
+            let reply = chunk_of(file, sha256, offset, chunk).unwrap_or_else(|| gateway::bundle_not_offered(PROTOCOL_VERSION, &sha256));
             let wire = encode_frame(&reply, DEFAULT_MAX_FRAME_BYTES).expect("a chunk fits one frame");
             decode_frame(&wire, DEFAULT_MAX_FRAME_BYTES).unwrap()
         }
-        Request::FetchBundle { sha256, .. } => gateway::bundle_not_offered(&sha256),
+        Request::FetchBundle { sha256, .. } => gateway::bundle_not_offered(PROTOCOL_VERSION, &sha256),
         other => panic!("unexpected {other:?}"),
     }
 }

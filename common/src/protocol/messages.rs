@@ -7,7 +7,8 @@
 //! decode [`Frame::GoAway`], so a gateway sends it only to devices that said `Hello` with
 //! version 2 or later; the bundle frames, v4, only to v4 devices, which alone send the
 //! requests they answer; `Verified`, v5, only in answer to `EscalateDraft`, which only v5
-//! devices send to v5 gateways).
+//! devices send to v5 gateways; `SessionEnded` and the `BundleNotOffered` error code, v6, only
+//! to v6 devices).
 
 use serde::{Deserialize, Serialize};
 
@@ -113,7 +114,8 @@ pub enum Frame {
         message: String,
     },
     /// Device → gateway: the session is over; the gateway may free its context now instead
-    /// of waiting for the idle timeout.
+    /// of waiting for the idle timeout. Answered by [`Frame::SessionEnded`] on a v6 connection;
+    /// before v6, by the stream ending with no frame.
     EndSession {
         /// Session to drop.
         session_id: u64,
@@ -212,6 +214,13 @@ pub enum Frame {
         /// Time the backend spent.
         llm_ms: u32,
     },
+    /// Gateway → device (v6), the answer to `EndSession`: the gateway holds nothing of the
+    /// session any more (whether it held it or not: ending a session is idempotent) and has
+    /// dropped its queued work.
+    SessionEnded {
+        /// The session ended.
+        session_id: u64,
+    },
 }
 
 impl Frame {
@@ -237,6 +246,7 @@ impl Frame {
             Frame::BundleChunk { .. } => "bundle_chunk",
             Frame::EscalateDraft { .. } => "escalate_draft",
             Frame::Verified { .. } => "verified",
+            Frame::SessionEnded { .. } => "session_ended",
         }
     }
 
@@ -251,7 +261,7 @@ impl Frame {
             | Frame::Busy { session_id, seq, .. }
             | Frame::ContextMissing { session_id, seq, .. } => Some((session_id, Some(seq))),
             Frame::Error { session_id: Some(session_id), seq, .. } => Some((session_id, seq)),
-            Frame::EndSession { session_id } => Some((session_id, None)),
+            Frame::EndSession { session_id } | Frame::SessionEnded { session_id } => Some((session_id, None)),
             _ => None,
         }
     }
@@ -380,7 +390,8 @@ pub enum ErrorCode {
     Malformed,
     /// A frame exceeded the size limit.
     Oversize,
-    /// The session id is not known where it must be (e.g. `EndSession` for nothing).
+    /// The session ended before an escalation of it ran (before v6 also: the bundle a
+    /// `FetchBundle` asks for is not offered to this device).
     UnknownSession,
     /// A seq lower than one already applied.
     OutOfOrder,
@@ -402,6 +413,10 @@ pub enum ErrorCode {
     Internal,
     /// The device already holds as many sessions as the gateway allows (`Limits::max_sessions`).
     TooManySessions,
+    /// (v6) The bundle a `FetchBundle` asks for is not offered to this device (any more): the
+    /// device drops the download and reports again. Sent to pre-v6 devices as `UnknownSession`,
+    /// which they cannot tell from a session error but decode.
+    BundleNotOffered,
 }
 
 #[cfg(test)]
@@ -443,5 +458,7 @@ mod tests {
         assert_eq!(Frame::Ping { nonce: 1 }.kind(), "ping");
         assert_eq!(Frame::GoAway { redirect: None }.kind(), "go_away");
         assert_eq!(Frame::GoAway { redirect: None }.session_seq(), None);
+        assert_eq!(Frame::SessionEnded { session_id: 2 }.session_seq(), Some((2, None)));
+        assert_eq!(Frame::SessionEnded { session_id: 2 }.kind(), "session_ended");
     }
 }

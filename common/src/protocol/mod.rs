@@ -1,4 +1,4 @@
-//! The Duet wire protocol (v5; v1-v4 devices still served): message types, the frame codec and the pure per-session logic
+//! The Duet wire protocol (v6; v1-v5 devices still served): message types, the frame codec and the pure per-session logic
 //! that both ends run around it.
 //!
 //! Nothing in here touches a socket or an executor, so every rule of the protocol (framing,
@@ -13,6 +13,7 @@
 //! - [`codec`]: length-prefixed bincode framing with hard size limits.
 //! - [`trace_context`]: the optional W3C trace context behind an `Escalate` (v3).
 //! - [`validate`]: semantic checks on decoded frames (counts, floats, strings).
+//! - [`text`]: which characters a peer's strings may carry into logs, labels and listings.
 //! - [`session_context`]: the gateway's copy of a session's tokens and its seq rules.
 //! - [`context_tracker`]: the edge's view of what the gateway holds, producing deltas.
 //! - [`reorder`]: releasing replies in seq order and dropping ones already resolved locally.
@@ -22,6 +23,7 @@ pub mod context_tracker;
 pub mod messages;
 pub mod reorder;
 pub mod session_context;
+pub mod text;
 pub mod token_ids;
 pub mod trace_context;
 pub mod validate;
@@ -47,8 +49,10 @@ pub use validate::{ValidationError, ValidationLimits};
 /// [`TraceContext`] (sent only to v3 gateways, only when sampled); v4 adds the router bundle
 /// frames (`BundleReport`, `BundleOffer`, `FetchBundle`, `BundleChunk`: [`crate::fleet`]);
 /// v5 adds draft verification ([`Frame::EscalateDraft`] → [`Frame::Verified`]: several
-/// LLM-checked tokens per round trip); everything else is v1's layout.
-pub const PROTOCOL_VERSION: u16 = 5;
+/// LLM-checked tokens per round trip); v6 adds typed answers where there were none or a
+/// borrowed one ([`Frame::SessionEnded`] answers `EndSession`, [`ErrorCode::BundleNotOffered`]
+/// refuses a `FetchBundle`); everything else is v1's layout.
+pub const PROTOCOL_VERSION: u16 = 6;
 
 /// Oldest version a gateway still serves: v1 devices get no `GoAway` (their connection is
 /// simply closed at the end of a drain).
@@ -75,6 +79,13 @@ pub fn understands_bundles(version: u16) -> bool {
 /// `EscalateDraft` only to a gateway that has it; a gateway answers one only on a v5 connection.
 pub fn understands_drafts(version: u16) -> bool {
     version >= 5
+}
+
+/// Whether a device speaking `version` decodes v6's answers: [`Frame::SessionEnded`] (older
+/// devices get an `EndSession` stream that ends with no frame) and
+/// [`ErrorCode::BundleNotOffered`] (older devices get `UnknownSession`).
+pub fn understands_v6_answers(version: u16) -> bool {
+    version >= 6
 }
 
 /// Most tokens in one `EscalateDraft` draft: bounds the LLM work one escalation can ask for

@@ -55,6 +55,8 @@ fn error_code() -> impl Strategy<Value = ErrorCode> {
         ErrorCode::DeadlineExpired,
         ErrorCode::NotWelcomed,
         ErrorCode::Internal,
+        ErrorCode::TooManySessions,
+        ErrorCode::BundleNotOffered,
     ])
 }
 
@@ -98,6 +100,7 @@ fn frame() -> impl Strategy<Value = Frame> {
         (any::<Option<u64>>(), any::<Option<u32>>(), error_code(), text())
             .prop_map(|(session_id, seq, code, message)| Frame::Error { session_id, seq, code, message }),
         any::<u64>().prop_map(|session_id| Frame::EndSession { session_id }),
+        any::<u64>().prop_map(|session_id| Frame::SessionEnded { session_id }),
         any::<u64>().prop_map(|nonce| Frame::Ping { nonce }),
         any::<u64>().prop_map(|nonce| Frame::Pong { nonce }),
         prop::option::of(text()).prop_map(|redirect| Frame::GoAway { redirect }),
@@ -114,6 +117,13 @@ fn frame() -> impl Strategy<Value = Frame> {
             |(session_id, seq, accepted, token_id, logprob, llm_ms)| Frame::Verified { session_id, seq, accepted, token_id, logprob, llm_ms }
         ),
     ]
+}
+
+/// Short strings that often hold what a log must not print: newlines, escapes, NUL, bidi
+/// controls, separators, zero-width characters, next to ordinary and non-ASCII ones.
+fn hostile_text() -> impl Strategy<Value = String> {
+    let hostile = prop::sample::select(vec!['\n', '\r', '\u{1b}', '\0', '\u{7f}', '\u{85}', '\u{202E}', '\u{2066}', '\u{2028}', '\u{200B}', '\u{FEFF}', ' ', 'é']);
+    prop::collection::vec(prop_oneof![3 => prop::char::range('!', '~'), 1 => hostile, 1 => any::<char>()], 0..24).prop_map(|cs| cs.into_iter().collect())
 }
 
 fn bundle_ref() -> impl Strategy<Value = BundleRef> {
@@ -263,6 +273,25 @@ proptest! {
             }
             _ => {}
         }
+    }
+
+    /// Whatever a peer puts in a `Hello` or an `Error`, a frame that validates carries nothing
+    /// a log line, a label or the fleet listing could not print as it is.
+    #[test]
+    fn a_frame_that_validates_carries_no_unsafe_character_in_its_strings(
+        device_id in hostile_text(), slm_id in hostile_text(), message in hostile_text(),
+    ) {
+        use super::text::first_unsafe;
+        let lim = super::ValidationLimits::default();
+        let hello = Frame::Hello { protocol_version: 6, device_id: device_id.clone(), auth: String::new(), tokenizer_fingerprint: "0".repeat(64), slm_id: slm_id.clone() };
+        if hello.validate(&lim).is_ok() {
+            prop_assert!(first_unsafe(&device_id).is_none() && first_unsafe(&slm_id).is_none());
+            prop_assert!(slm_id.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-/:+@".contains(&b)));
+        }
+        let error = Frame::Error { session_id: None, seq: None, code: ErrorCode::Internal, message: message.clone() };
+        prop_assert_eq!(error.validate(&lim).is_ok(), first_unsafe(&message).is_none());
+        let escaped = Frame::Error { session_id: None, seq: None, code: ErrorCode::Internal, message: super::text::escape_text(&message) };
+        prop_assert_eq!(escaped.validate(&lim), Ok(()));
     }
 
     #[test]

@@ -1,11 +1,21 @@
 //! Semantic checks on decoded frames: a frame that decodes is well-formed bincode, not yet
 //! safe to act on. Run [`Frame::validate`] on everything read from the network before it
 //! reaches the session store, the sampler or the model (an id beyond the vocabulary would
-//! index past the embedding table).
+//! index past the embedding table), or a log line, a metric label or the fleet listing.
+//!
+//! Strings are checked by what they are ([`super::text`]): an id (`device_id`, `slm_id`, a
+//! bundle version) by a character set and a length, so that it can be printed anywhere as it
+//! is; free text (`Error::message`, a `Reject` reason, the gateway's and the LLM's names in
+//! `Welcome`) by its length and the absence of control, bidi and invisible characters; the
+//! bearer credential (`auth`) only by its length, since it is compared, never printed. Reported
+//! figures are checked for consistency ([`crate::fleet::ReportedCounts`]).
 
 use super::messages::{ErrorCode, Frame, Limits, RejectReason, WireSampling};
+use super::text::{check_model_id, first_unsafe, ModelIdError};
 use super::token_ids::TokenIds;
 use super::{MAX_DRAFT_TOKENS, MAX_REDIRECT_BYTES};
+use crate::device_id::{check_device_id, DeviceIdError};
+use crate::fleet::{ReportError, ReportedCounts};
 
 /// Length of a lowercase hex SHA-256, the form of `tokenizer_fingerprint`.
 const FINGERPRINT_HEX_LEN: usize = 64;
@@ -95,6 +105,25 @@ pub enum ValidationError {
         /// Limit.
         max: usize,
     },
+    /// A `Hello`'s device id breaks [`crate::device_id`]'s rule.
+    #[error("device_id: {0}")]
+    DeviceId(#[from] DeviceIdError),
+    /// A `Hello`'s `slm_id` breaks [`super::text::check_model_id`]'s rule.
+    #[error("slm_id: {0}")]
+    SlmId(#[from] ModelIdError),
+    /// Free text holding a control, bidi or invisible character ([`super::text::unsafe_char`]).
+    #[error("{field} holds U+{code:04X} at position {at} (control, bidi and invisible characters are refused)")]
+    UnsafeText {
+        /// Which field.
+        field: &'static str,
+        /// Char index of the first such character.
+        at: usize,
+        /// Its code point.
+        code: u32,
+    },
+    /// A `BundleReport`'s figures cannot be true.
+    #[error("{0}")]
+    Report(#[from] ReportError),
 }
 
 impl ValidationError {
@@ -113,20 +142,22 @@ impl Frame {
     /// Check semantic limits a decoder cannot: counts, float ranges, string sizes.
     pub fn validate(&self, limits: &ValidationLimits) -> Result<(), ValidationError> {
         let s = |field: &'static str, v: &str| check_string(field, v, limits.max_string_bytes);
+        let text = |field: &'static str, v: &str| check_text(field, v, limits.max_string_bytes);
         match self {
             Frame::Hello { protocol_version: _, device_id, auth, tokenizer_fingerprint, slm_id } => {
                 s("device_id", device_id)?;
                 s("auth", auth)?;
                 s("slm_id", slm_id)?;
+                check_hello_names(device_id, slm_id)?;
                 check_fingerprint(tokenizer_fingerprint)
             }
             Frame::Welcome { gateway_id, llm_id, limits: _ } => {
-                s("gateway_id", gateway_id)?;
-                s("llm_id", llm_id)
+                text("gateway_id", gateway_id)?;
+                text("llm_id", llm_id)
             }
             Frame::Reject { reason } => match reason {
-                RejectReason::TokenizerMismatch { expected } => s("expected", expected),
-                RejectReason::Other(m) => s("reason", m),
+                RejectReason::TokenizerMismatch { expected } => text("expected", expected),
+                RejectReason::Other(m) => text("reason", m),
                 _ => Ok(()),
             },
             Frame::Escalate { context, sampling, .. } => {
@@ -150,9 +181,12 @@ impl Frame {
                 }
                 check_answer(limits, *logprob, *token_id)
             }
-            Frame::Error { message, .. } => s("message", message),
+            Frame::Error { message, .. } => text("message", message),
             Frame::GoAway { redirect } => redirect.as_deref().map_or(Ok(()), check_redirect),
-            Frame::BundleReport { running, .. } => running.as_ref().map_or(Ok(()), check_bundle_ref),
+            Frame::BundleReport { running, escalations, fallbacks } => {
+                running.as_ref().map_or(Ok(()), check_bundle_ref)?;
+                Ok(ReportedCounts { escalations: *escalations, fallbacks: *fallbacks }.check()?)
+            }
             Frame::BundleOffer { bundle } => bundle.as_ref().map_or(Ok(()), check_bundle_ref),
             Frame::BundleChunk { offset, total, bytes, .. } => check_chunk(*offset, *total, bytes.len()),
             Frame::FetchBundle { .. }
@@ -160,7 +194,8 @@ impl Frame {
             | Frame::ContextMissing { .. }
             | Frame::EndSession { .. }
             | Frame::Ping { .. }
-            | Frame::Pong { .. } => Ok(()),
+            | Frame::Pong { .. }
+            | Frame::SessionEnded { .. } => Ok(()),
         }
     }
 }
@@ -213,6 +248,23 @@ fn check_string(field: &'static str, v: &str, max: usize) -> Result<(), Validati
         return Err(ValidationError::StringTooLong { field, len: v.len(), max });
     }
     Ok(())
+}
+
+/// Free text: within `max` bytes and without a character [`super::text::unsafe_char`] refuses.
+fn check_text(field: &'static str, v: &str, max: usize) -> Result<(), ValidationError> {
+    check_string(field, v, max)?;
+    match first_unsafe(v) {
+        Some((at, code)) => Err(ValidationError::UnsafeText { field, at, code }),
+        None => Ok(()),
+    }
+}
+
+/// The names a `Hello` gives, each by its own rule: the device id by [`crate::device_id`]'s,
+/// the SLM's by the model-id rule ([`super::text::check_model_id`]). Both are logged and listed
+/// by the gateway as they are. The gateway's handshake runs this too.
+pub fn check_hello_names(device_id: &str, slm_id: &str) -> Result<(), ValidationError> {
+    check_device_id(device_id)?;
+    Ok(check_model_id(slm_id)?)
 }
 
 /// A redirect is dialled and logged by the device: short, printable, and with a port.
@@ -387,6 +439,78 @@ mod tests {
         assert!(matches!(v(MAX_DRAFT_TOKENS as u32 + 1, 5, -0.5).validate(&lim), Err(ValidationError::Draft { .. })));
         assert_eq!(v(0, 100, -0.5).validate(&lim).unwrap_err().code(), ErrorCode::InvalidToken);
         assert!(matches!(v(0, 1, 0.5).validate(&lim), Err(ValidationError::Logprob(_))));
+    }
+
+    fn hello_named(device_id: &str, slm_id: &str) -> Frame {
+        Frame::Hello { protocol_version: 6, device_id: device_id.into(), auth: "tok".into(), tokenizer_fingerprint: "0123456789abcdef".repeat(4), slm_id: slm_id.into() }
+    }
+
+    /// Every string a frame carries that a peer logs, labels or lists, each built around `v`.
+    fn every_named_string(v: &str) -> Vec<(&'static str, Frame)> {
+        use crate::fleet::{BundleRef, Sha256Digest};
+        let bundle = Some(BundleRef { version: v.into(), sha256: Sha256Digest([1; 32]), size: 10 });
+        vec![
+            ("Hello.device_id", hello_named(v, "slm")),
+            ("Hello.slm_id", hello_named("dev", v)),
+            ("Welcome.gateway_id", Frame::Welcome { gateway_id: v.into(), llm_id: "llm".into(), limits: Limits { max_frame_bytes: 1, max_context_tokens: 1, max_sessions: 1, service_time_ms: 1 } }),
+            ("Welcome.llm_id", Frame::Welcome { gateway_id: "gw".into(), llm_id: v.into(), limits: Limits { max_frame_bytes: 1, max_context_tokens: 1, max_sessions: 1, service_time_ms: 1 } }),
+            ("Reject.expected", Frame::Reject { reason: RejectReason::TokenizerMismatch { expected: v.into() } }),
+            ("Reject.reason", Frame::Reject { reason: RejectReason::Other(v.into()) }),
+            ("Error.message", Frame::Error { session_id: None, seq: None, code: ErrorCode::Internal, message: v.into() }),
+            ("GoAway.redirect", Frame::GoAway { redirect: Some(format!("{v}:1")) }),
+            ("BundleReport.running.version", Frame::BundleReport { running: bundle.clone(), escalations: 0, fallbacks: 0 }),
+            ("BundleOffer.bundle.version", Frame::BundleOffer { bundle }),
+        ]
+    }
+
+    #[test]
+    fn newlines_escapes_nul_bidi_controls_and_invisible_characters_are_refused_in_every_named_string() {
+        let lim = ValidationLimits::default();
+        for (field, f) in every_named_string("ok") {
+            assert_eq!(f.validate(&lim), Ok(()), "{field}");
+        }
+        let mut hostile: Vec<String> = crate::protocol::text::HOSTILE.iter().map(|s| s.to_string()).collect();
+        hostile.push("slm\n2099-01-01T00:00:00Z ERROR forged line".into());
+        for v in &hostile {
+            for (field, f) in every_named_string(v) {
+                assert!(f.validate(&lim).is_err(), "{field} took {v:?}");
+                assert_eq!(f.validate(&lim).unwrap_err().code(), ErrorCode::Malformed, "{field}");
+            }
+        }
+    }
+
+    #[test]
+    fn oversize_strings_are_refused_in_every_named_string() {
+        let lim = ValidationLimits::default();
+        let huge = "x".repeat(lim.max_string_bytes + 1);
+        for (field, f) in every_named_string(&huge) {
+            assert!(f.validate(&lim).is_err(), "{field} took {} bytes", huge.len());
+        }
+        let auth = Frame::Hello { protocol_version: 6, device_id: "d".into(), auth: huge.clone(), tokenizer_fingerprint: "0".repeat(64), slm_id: String::new() };
+        assert!(matches!(auth.validate(&lim), Err(ValidationError::StringTooLong { field: "auth", .. })), "the credential is bounded too");
+    }
+
+    #[test]
+    fn a_hello_names_its_slm_by_the_model_id_rule() {
+        let lim = ValidationLimits::default();
+        for ok in ["", "qwen2.5-0.5b-instruct", "Qwen/Qwen2.5-7B-Instruct", "llama3:8b", "m@rev+int4"] {
+            assert_eq!(hello_named("dev", ok).validate(&lim), Ok(()), "{ok}");
+        }
+        for bad in ["a b", "ünï", &"x".repeat(129)] {
+            assert!(matches!(hello_named("dev", bad).validate(&lim), Err(ValidationError::SlmId(_))), "{bad:?}");
+        }
+        assert!(matches!(hello_named("", "slm").validate(&lim), Err(ValidationError::DeviceId(_))));
+    }
+
+    #[test]
+    fn a_bundle_report_with_more_fallbacks_than_escalations_or_beyond_the_bound_is_refused() {
+        use crate::fleet::{ReportError, MAX_REPORTED_COUNT};
+        let lim = ValidationLimits::default();
+        let report = |escalations: u64, fallbacks: u64| Frame::BundleReport { running: None, escalations, fallbacks };
+        assert_eq!(report(10, 10).validate(&lim), Ok(()));
+        assert_eq!(report(2, 3).validate(&lim), Err(ValidationError::Report(ReportError::FallbacksExceedEscalations { escalations: 2, fallbacks: 3 })));
+        assert!(matches!(report(MAX_REPORTED_COUNT + 1, 0).validate(&lim), Err(ValidationError::Report(ReportError::TooLarge { .. }))));
+        assert_eq!(report(2, 3).validate(&lim).unwrap_err().code(), ErrorCode::Malformed);
     }
 
     #[test]
