@@ -19,8 +19,21 @@ struct Server {
 
 impl Server {
     fn start(flags: &[&str]) -> Self {
+        Self::start_with_descriptors(None, flags)
+    }
+
+    /// With `nofile`, the server runs under that descriptor limit (`ulimit -n`).
+    fn start_with_descriptors(nofile: Option<u32>, flags: &[&str]) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new(env!("CARGO_BIN_EXE_edge-node"))
+        let mut command = match nofile {
+            None => Command::new(env!("CARGO_BIN_EXE_edge-node")),
+            Some(n) => {
+                let mut sh = Command::new("sh");
+                sh.args(["-c", &format!("ulimit -n {n} && exec \"$0\" \"$@\""), env!("CARGO_BIN_EXE_edge-node")]);
+                sh
+            }
+        };
+        let child = command
             .args(["serve", "--model", TINY, "--threads", "1", "--mode", "local", "--listen", &format!("127.0.0.1:{port}")])
             .args(flags)
             .env_remove("DUET_MODEL")
@@ -130,9 +143,10 @@ fn completion(max_tokens: usize) -> Value {
 
 #[test]
 fn slowloris_sockets_beyond_the_cap_do_not_stop_a_normal_request_from_being_served() {
-    // The header timeout is far off: only the cap's handling can let the request in.
-    let server = Server::start(&["--max-connections", "8", "--header-timeout-ms", "60000"]);
-    let held: Vec<TcpStream> = (0..40).map(|_| slowloris(&server)).collect();
+    // More sockets than the server has descriptors, and the header timeout far off: only the
+    // cap and what it does at the cap can let the request in.
+    let server = Server::start_with_descriptors(Some(128), &["--max-connections", "8", "--header-timeout-ms", "60000"]);
+    let held: Vec<TcpStream> = (0..300).map(|_| slowloris(&server)).collect();
     for round in 0..3 {
         let started = Instant::now();
         let reply = server.post("/v1/completions", &completion(2));
