@@ -301,3 +301,23 @@ fn a_stop_closes_idle_and_half_sent_connections_at_once_and_exits_cleanly() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn a_request_arriving_during_one_with_several_choices_is_served_between_two_of_them() {
+    let server = Server::start(&[]);
+    let server = &server;
+    std::thread::scope(|scope| {
+        let started = Instant::now();
+        let many = scope.spawn(move || {
+            let r = server.post("/v1/completions", &json!({"model": TINY, "prompt": "hi", "n": 6, "max_tokens": 64, "temperature": 1, "seed": 1}));
+            assert_eq!(r.status, 200, "{r:?}");
+            started.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let r = server.post("/v1/completions", &completion(4));
+        assert_eq!(r.status, 200, "{r:?}");
+        let one = started.elapsed();
+        let many = many.join().unwrap();
+        assert!(one < many, "the short request ({one:?}) waited for all six choices ({many:?})");
+    });
+}

@@ -10,7 +10,8 @@
 //!   with no request in progress** (idle between requests, or still sending its header): such a
 //!   connection costs its client nothing but a reconnect, and slow-header ("slowloris") sockets
 //!   are exactly such connections, so however many a client opens, a normal request still gets
-//!   in. This is what nginx does with its idle connections when it runs out.
+//!   in. This is what nginx does with its idle connections when it runs out. The new one is
+//!   accepted once the old one has closed, so the descriptors in use stay within the cap.
 //! - **Only when every connection has a request in progress is a new one refused**, with `503`,
 //!   an OpenAI error body (`code: "too_many_connections"`), `Retry-After: 1` and
 //!   `Connection: close`, written before its request is read: an OpenAI client then raises its
@@ -89,7 +90,7 @@ pub async fn serve(listener: TcpListener, app: axum::Router, limits: Limits, shu
                 }
             },
         };
-        if !registry.make_room(limits.max_connections) {
+        if !registry.make_room(limits.max_connections).await {
             metrics::counter!("duet_edge_serve_connections_refused_total").increment(1);
             match refusals.clone().try_acquire_owned() {
                 Ok(permit) => {
@@ -143,6 +144,8 @@ impl Close {
 #[derive(Default)]
 struct Registry {
     conns: Mutex<HashMap<u64, Arc<Conn>>>,
+    /// Wakes the accept loop when a connection has closed.
+    freed: Notify,
 }
 
 impl Registry {
@@ -162,21 +165,37 @@ impl Registry {
         let mut conns = self.lock();
         conns.remove(&id);
         metrics::gauge!("duet_edge_serve_connections").set(conns.len() as f64);
+        drop(conns);
+        self.freed.notify_one();
     }
 
-    /// Whether a new connection may open: below the cap, or once the connection waiting
-    /// longest with no request in progress has been told to close (and no longer counts).
-    fn make_room(&self, cap: usize) -> bool {
-        let mut conns = self.lock();
-        if conns.len() < cap {
-            return true;
+    /// Whether a new connection may open: at once below the cap; at the cap, once the
+    /// connection waiting longest with no request in progress has been told to close and has
+    /// closed (so that the descriptors in use never pass the cap); false when every connection
+    /// has a request in progress.
+    async fn make_room(&self, cap: usize) -> bool {
+        // A connection told to close is gone within a scheduling round; this only bounds the
+        // wait should one not be.
+        let until = Instant::now() + Duration::from_secs(1);
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            {
+                let conns = self.lock();
+                if conns.len() < cap {
+                    return true;
+                }
+                if !conns.values().any(|c| c.is_evicted()) {
+                    let oldest = conns.iter().filter_map(|(id, c)| c.evictable_since().map(|since| (since, *id))).min();
+                    let Some(conn) = oldest.and_then(|(_, id)| conns.get(&id)) else { return false };
+                    conn.evict();
+                }
+            }
+            if tokio::time::timeout_at(until, freed).await.is_err() {
+                return true;
+            }
         }
-        let oldest = conns.iter().filter_map(|(id, c)| c.evictable_since().map(|since| (since, *id))).min();
-        let Some((_, id)) = oldest else { return false };
-        if let Some(conn) = conns.remove(&id) {
-            conn.evict();
-        }
-        true
     }
 }
 
@@ -237,6 +256,10 @@ impl Conn {
         self.changed.notify_one();
     }
 
+    fn is_evicted(&self) -> bool {
+        self.lock().evicted
+    }
+
     fn bytes_read(&self) {
         let mut s = self.lock();
         if s.open == 0 && s.head_from.is_none() {
@@ -295,8 +318,7 @@ async fn serve_connection(stream: TcpStream, id: u64, conn: Arc<Conn>, app: axum
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.header_read_timeout(None);
-    let http = builder.serve_connection(io, service);
-    tokio::pin!(http);
+    let mut http = Box::pin(builder.serve_connection(io, service));
     let mut stopping = false;
     loop {
         tokio::select! {
@@ -323,6 +345,8 @@ async fn serve_connection(stream: TcpStream, id: u64, conn: Arc<Conn>, app: axum
             }
         }
     }
+    // The socket closes with the connection, before the accept loop is told there is room.
+    drop(http);
     registry.remove(id);
 }
 
