@@ -37,7 +37,7 @@ def got(name, s):
     if name == "claim": return f"{s['accepted']} of {s['claims']} claims without the id's token accepted ({s['claims_per_s']:.0f}/s); the device's own connection kept: {s['device_connection_kept']}"
     if name == "session-flood":
         nd = s["new_device_first_escalation"]
-        first = nd.get("answer", nd.get("connect_error", "?"))
+        first = nd.get("connect_error") or f"{nd['answer']}, then {' '.join(nd['answers'][1:]) or 'nothing more'} ({nd['until_last_ms']:.0f} ms)"
         return f"{s['sessions_held_peak']:.0f} sessions held of {s['attempted_sessions']} tried; {s['evicted']:.0f} evicted; {s['refused_too_many_sessions']} refused; a new device's first escalation: {first}; {s['sessions_after']:.0f} left after idle expiry"
     if name == "unfinished-streams": return f"{s['streams_opened']} partial streams ({s['bytes_sent_mb']:.0f} MB sent); RSS while held {s['rss_while_held_mb']:.0f} MB, after read timeout {s['rss_after_read_timeout_mb']:.0f} MB; {s['streams_given_up']:.0f} streams reset"
     if name == "idle-flood": return f"{s['accepted']} of {s['attempted']} connections accepted, {s['refused']} refused"

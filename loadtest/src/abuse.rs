@@ -599,14 +599,23 @@ async fn session_flood(run: &Run) -> anyhow::Result<serde_json::Value> {
     .await;
     let took = t.elapsed().as_secs_f64();
     let sessions_peak = metric(run.gw.http, "duet_gateway_sessions").await;
-    // A device never seen before: its first escalation.
+    // A device never seen before: its first escalation, and as a device does, again after each
+    // `Busy` once its retry hint has passed, until a token comes (10 tries at most).
     let newcomer = Client::new("127.0.0.3:0", run.gw.quic, &run.gw.cert, &run.device.fingerprint)?;
     let first = match newcomer.connect("new-device").await {
         Ok(conn) => {
             let t = Instant::now();
-            let reply = request(&conn, &escalate(1, 0, full(32, 9), run.args.probe_deadline_ms), Duration::from_secs(30)).await;
+            let mut answers = Vec::new();
+            for seq in 0..10u32 {
+                let reply = request(&conn, &escalate(1, seq, full(32, 9), run.args.probe_deadline_ms), Duration::from_secs(30)).await;
+                answers.push(classify(&reply));
+                match reply {
+                    Ok(Frame::Busy { retry_after_ms, .. }) => tokio::time::sleep(Duration::from_millis(u64::from(retry_after_ms).clamp(50, 2000))).await,
+                    _ => break,
+                }
+            }
             conn.close(0u32.into(), b"done");
-            json!({ "answer": classify(&reply), "ms": t.elapsed().as_secs_f64() * 1e3 })
+            json!({ "answer": answers.first(), "answers": answers, "until_last_ms": t.elapsed().as_secs_f64() * 1e3 })
         }
         Err(e) => json!({ "connect_error": e.to_string() }),
     };
