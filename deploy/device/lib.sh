@@ -1,4 +1,4 @@
-# Shared by deploy/device/{build,package,test,test-arm,install-model}: where things live and what
+# Shared by deploy/device/{build,build-macos,package,test,test-arm,install,install-model}: where things live and what
 # is pinned. Sourced, not run.
 
 DUET_HOME="${DUET_HOME:-$HOME/.cache/duet}"
