@@ -371,6 +371,19 @@ async fn write_reply(send: &mut quinn::SendStream, frame: &Frame, max: usize) {
     }
 }
 
+/// What a device hears when the session store refuses its escalation's context.
+fn store_refusal(e: StoreError) -> EscalationOutcome {
+    match e {
+        StoreError::Context(e) => {
+            if matches!(e, ContextError::Missing { .. }) {
+                metrics::counter!("duet_gateway_context_missing_total").increment(1);
+            }
+            EscalationOutcome::Context(e)
+        }
+        StoreError::TooManySessions(limit) => EscalationOutcome::TooManySessions { limit },
+    }
+}
+
 /// One escalation's fields, as [`Request::Escalate`] carries them.
 struct EscalateRequest {
     session_id: u64,
@@ -406,13 +419,7 @@ impl ConnState {
         let applied = child(&span, || tracing::info_span!(target: TRACE_TARGET, parent: &span, "apply_context")).in_scope(|| self.shared.store.apply(&key, seq, &context, received));
         let applied = match applied {
             Ok(a) => a,
-            Err(StoreError::Context(e)) => {
-                if matches!(e, ContextError::Missing { .. }) {
-                    metrics::counter!("duet_gateway_context_missing_total").increment(1);
-                }
-                return answer_now(send, EscalationOutcome::Context(e));
-            }
-            Err(StoreError::TooManySessions(limit)) => return answer_now(send, EscalationOutcome::TooManySessions { limit }),
+            Err(e) => return answer_now(send, store_refusal(e)),
         };
         if let Err(retry_after_ms) = self.shared.identity.rate.check(&self.device, Instant::now()) {
             // This device is over its own rate: it falls back, others keep their share.
@@ -434,13 +441,9 @@ impl ConnState {
         // Admitted: only now is a new session's context kept (work refused leaves nothing).
         match self.shared.store.admit(&key, applied, self.source, received) {
             Ok(evicted) => evicted.into_iter().for_each(|k| self.shared.llm.end_session(k)),
-            Err(StoreError::TooManySessions(limit)) => {
+            Err(e) => {
                 drop(pending); // cancels the work
-                return answer_now(send, EscalationOutcome::TooManySessions { limit });
-            }
-            Err(StoreError::Context(e)) => {
-                drop(pending);
-                return answer_now(send, EscalationOutcome::Context(e));
+                return answer_now(send, store_refusal(e));
             }
         }
         let max = self.shared.max_frame_bytes;
