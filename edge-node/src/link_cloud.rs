@@ -4,13 +4,14 @@
 //!
 //! Traces (when an OTLP exporter is installed, see `common::telemetry`): a `generation` span per
 //! session, and under it an `escalation` span per hard token (how long it waited, cloud or
-//! which fallback, bytes sent) and a `presync` span for the prompt sent ahead. A sampled
-//! escalation carries its span's trace context to the gateway, whose spans then join the
-//! same trace; an unsampled one, or any with tracing off, carries nothing.
+//! which fallback, bytes sent) and a `presync` span for context sent ahead (the prompt, or a
+//! resync after a reconnect). A sampled escalation carries its span's trace context to the
+//! gateway, whose spans then join the same trace; an unsampled one, or any with tracing off,
+//! carries nothing.
 
 use std::time::{Duration, Instant};
 
-use common::exchange::{EdgeSession, FallbackReason, LinkHealth, Outcome, Step};
+use common::exchange::{EdgeSession, FallbackReason, LinkHealth, Outcome, PrefillReport, Step, Transmit};
 use common::protocol::{understands_drafts, Frame, WireSampling};
 use common::telemetry::TRACE_TARGET;
 use tracing::field::Empty;
@@ -37,7 +38,8 @@ pub struct LinkCloud<'a> {
 
 impl<'a> LinkCloud<'a> {
     /// Session `session_id` over `link`, with what the link learned so far (`health`).
-    /// `presync` sends the prompt ahead of the first hard token.
+    /// `presync` sends context ahead of the hard tokens that need it: the prompt, and a long
+    /// context a gateway does not hold (after a reconnect).
     pub fn new(link: &'a Link, session_id: u64, sampling: WireSampling, health: LinkHealth, presync: bool) -> Self {
         let c = link.counters();
         Self {
@@ -89,23 +91,9 @@ impl Cloud for LinkCloud<'_> {
         if !self.presync {
             return;
         }
-        let Some((t, report)) = self.session.presync(prompt, self.link.view(), Instant::now()) else { return };
-        // Nobody waits for the answer (an LLM token nobody needs), but the work must not be
-        // cancelled, and its service time is a whole prefill's cost: learn it whenever it comes.
-        let link = self.link.clone();
-        let span = self.child(|g| tracing::info_span!(target: TRACE_TARGET, parent: g, "presync", otel.kind = "client", tokens = prompt.len(), bytes = Empty, answered = Empty));
-        let trace = common::trace::outgoing(&span);
-        tokio::spawn(async move {
-            let (reply, sent) = link.request_escalation(&t.bytes, trace.as_ref(), t.deadline).await;
-            span.record("bytes", sent);
-            match reply {
-                Ok(Frame::Token { llm_ms, .. }) => {
-                    span.record("answered", true);
-                    report.report(llm_ms)
-                }
-                _ => report.finish(),
-            }
-        });
+        if let Some((t, report)) = self.session.presync(prompt, self.link.view(), Instant::now()) {
+            self.send_ahead(t, report, "presync", prompt.len());
+        }
     }
 
     fn speculation_window(&self) -> usize {
@@ -169,6 +157,27 @@ enum Answer {
 }
 
 impl LinkCloud<'_> {
+    /// Send context ahead of the hard tokens that will need it (the prompt's pre-sync, or a
+    /// resync the exchange asks for, see [`EdgeSession::sync_ahead`]). Nobody waits for the
+    /// answer (an LLM token nobody needs), but the work must not be cancelled, and its service
+    /// time is a whole prefill's cost: the link health learns it whenever it comes.
+    fn send_ahead(&self, t: Transmit, report: PrefillReport, name: &'static str, tokens: usize) {
+        let link = self.link.clone();
+        let span = self.child(|g| tracing::info_span!(target: TRACE_TARGET, parent: g, "presync", otel.kind = "client", kind = name, tokens, bytes = Empty, answered = Empty));
+        let trace = common::trace::outgoing(&span);
+        tokio::spawn(async move {
+            let (reply, sent) = link.request_escalation(&t.bytes, trace.as_ref(), t.deadline).await;
+            span.record("bytes", sent);
+            match reply {
+                Ok(Frame::Token { llm_ms, .. }) => {
+                    span.record("answered", true);
+                    report.report(llm_ms)
+                }
+                _ => report.finish(),
+            }
+        });
+    }
+
     /// One escalation (with `draft`, if not empty) carried over the link until the exchange resolves it.
     async fn exchange(&mut self, context: &[u32], draft: &[u32]) -> Answer {
         let started = Instant::now();
@@ -181,6 +190,13 @@ impl LinkCloud<'_> {
         // Sent with the escalation only when sampled (absent: not a byte on the wire).
         let trace = common::trace::outgoing(&span);
         let (mut bytes, mut frames) = (0usize, 0usize);
+        if self.presync {
+            // A gateway holding nothing of a long context (a restarted or new replica) gets it
+            // ahead, so that this hard token is a short delta it can admit.
+            if let Some((t, report)) = self.session.sync_ahead(context, self.link.view(), Instant::now()) {
+                self.send_ahead(t, report, "resync", context.len() - 1);
+            }
+        }
         let mut step = self.session.escalate_draft(context, draft, self.link.view(), Instant::now());
         loop {
             step = match step {

@@ -18,6 +18,12 @@
 //! generation: the escalation in flight is still answered on the old connection and applied
 //! as usual, and the next one is a `Full` sync for the new replica, sent once it is welcomed
 //! (within that escalation's deadline). Nothing falls back and nothing is applied out of order.
+//!
+//! A gateway that holds nothing of a long context (a restarted or new replica, one that lost
+//! the session) cannot prefill all of it within one token's deadline, and its admission refuses
+//! such a `Full` for its cost, again at every hard token. [`EdgeSession::sync_ahead`] sends that
+//! context ahead instead, as the prompt's pre-sync is sent: with the protocol's longest
+//! deadline and nobody waiting, so the hard token itself is a one-token delta behind it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -161,6 +167,8 @@ struct Waiting {
     max_frame_bytes: usize,
     /// The draft sent with it (v5), empty for a plain `Escalate`.
     draft: Vec<u32>,
+    /// Whether the frame sent carries the whole context.
+    full: bool,
 }
 
 /// A prompt pre-sync still being prefilled by the gateway: a hard token queued behind it waits
@@ -248,6 +256,27 @@ impl EdgeSession {
         Some((Transmit { seq: sent.seq, bytes: sent.bytes, deadline, full: sent.full }, report))
     }
 
+    /// Before the hard token at `context`: when its sync would be a `Full` whose prefill cannot
+    /// be answered within the deadline's maximum (the gateway holds nothing of a long context:
+    /// a new connection, a lost session, no prompt pre-sync), all of the context but its last
+    /// token to send ahead, as [`Self::presync`] sends a prompt. The hard token then goes as a
+    /// one-token delta waiting behind what is left of that prefill, instead of a `Full` the
+    /// gateway refuses for its cost at every hard token. `None` when nothing needs to go ahead,
+    /// or the link is down or the device is holding back (degraded, or asked to by `Busy`).
+    pub fn sync_ahead(&mut self, context: &[u32], link: LinkView, now: Instant) -> Option<(Transmit, PrefillReport)> {
+        let LinkView::Up { generation, rtt, .. } = link else { return None };
+        self.observe_connection(generation);
+        let held = self.tracker.assumed_len().is_some_and(|n| n <= context.len());
+        if held || context.len() < 2 || !self.health.may_escalate(now) {
+            return None;
+        }
+        let whole = self.health.deadline_behind(rtt, context.len(), Duration::ZERO);
+        if whole < self.health.policy().max {
+            return None;
+        }
+        self.presync(&context[..context.len() - 1], link, now)
+    }
+
     /// A hard token at `context` (the whole context before the position asked for): what to
     /// send, or the fallback at once when the link is down or degraded.
     pub fn escalate(&mut self, context: &[u32], link: LinkView, now: Instant) -> Step {
@@ -284,7 +313,7 @@ impl EdgeSession {
         };
         let draft = &draft[..draft.len().min(MAX_DRAFT_TOKENS)];
         let budget = self.health.deadline_behind(rtt, to_send + draft.len(), ahead);
-        self.waiting = Some(Waiting { seq: 0, started: now, deadline: now + budget, budget, sent: 0, resends: 0, max_frame_bytes, draft: draft.to_vec() });
+        self.waiting = Some(Waiting { seq: 0, started: now, deadline: now + budget, budget, sent: 0, resends: 0, max_frame_bytes, draft: draft.to_vec(), full: false });
         self.send(context, now)
     }
 
@@ -299,6 +328,7 @@ impl EdgeSession {
         if let Some(w) = self.waiting.as_mut() {
             w.seq = sent.seq;
             w.sent = sent.tokens + draft.len();
+            w.full = sent.full;
         }
         Step::Send(Transmit { seq: sent.seq, bytes: sent.bytes, deadline, full: sent.full })
     }
@@ -398,7 +428,14 @@ impl EdgeSession {
                 self.send(context, now)
             }
             Frame::Busy { retry_after_ms, .. } => {
-                self.tracker.acknowledge(seq);
+                if w.full {
+                    // A session the gateway did not hold is kept only once its work is admitted:
+                    // refused, it holds nothing, and the next sync is whole again.
+                    self.tracker.reset();
+                } else {
+                    // A held session's context grew before admission refused the work.
+                    self.tracker.acknowledge(seq);
+                }
                 // The gateway's load hint: stay local-only as long as it asks (bounded), so a
                 // loaded gateway sheds load at once. It answered, so the link is fine: no probe.
                 self.health.busy(now, Duration::from_millis(u64::from(retry_after_ms)));

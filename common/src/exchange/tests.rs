@@ -209,23 +209,93 @@ fn a_second_context_missing_for_one_token_falls_back_instead_of_looping() {
 }
 
 #[test]
-fn busy_falls_back_at_once_and_the_next_escalation_stays_a_delta() {
+fn busy_for_a_delta_falls_back_at_once_and_the_next_escalation_stays_a_delta() {
+    let mut p = Pair::new();
+    let ctx: Vec<u32> = (1..20).collect();
+    assert_eq!(cloud(p.escalate_served(&ctx, Duration::ZERO)), llm(&ctx));
+    let mut ctx2 = ctx.clone();
+    ctx2.push(4);
+    let step = p.edge.escalate(&ctx2, up(1), p.now);
+    let t = Pair::sent(&step).clone();
+    // A held session's context grows in place, then admission refused the work.
+    let Request::Escalate { seq, context, .. } = gateway::classify(decode_frame(&t.bytes, MAX), &ValidationLimits::default()) else { panic!() };
+    p.gateway.apply(seq, &context, 4096).unwrap();
+    let busy = gateway::reply(1, seq, EscalationOutcome::Busy { retry_after_ms: 40 });
+    assert_eq!(fallback(p.edge.on_reply(busy, &ctx2, p.now)), (FallbackReason::Busy, None), "the gateway answered: no liveness probe");
+    let mut ctx3 = ctx2.clone();
+    ctx3.push(5);
+    assert_eq!(fallback(p.edge.escalate(&ctx3, up(1), p.now)).0, FallbackReason::Degraded, "the load hint is honoured: local-only for 40 ms");
+    p.advance(Duration::from_millis(40));
+    let step = p.edge.escalate(&ctx3, up(1), p.now);
+    assert!(!Pair::sent(&step).full, "Busy acknowledges a delta");
+    assert_eq!(cloud_token(p.answer(Pair::sent(&step), &ctx3)), llm(&ctx3));
+}
+
+#[test]
+fn busy_for_a_whole_context_leaves_nothing_held_so_the_next_sync_is_whole_again() {
     let mut p = Pair::new();
     let ctx: Vec<u32> = (1..20).collect();
     let step = p.edge.escalate(&ctx, up(1), p.now);
     let t = Pair::sent(&step).clone();
-    // The gateway applied the sync, then refused at admission.
-    let Request::Escalate { seq, context, .. } = gateway::classify(decode_frame(&t.bytes, MAX), &ValidationLimits::default()) else { panic!() };
-    p.gateway.apply(seq, &context, 4096).unwrap();
-    let busy = gateway::reply(1, seq, EscalationOutcome::Busy { retry_after_ms: 40 });
-    assert_eq!(fallback(p.edge.on_reply(busy, &ctx, p.now)), (FallbackReason::Busy, None), "the gateway answered: no liveness probe");
+    assert!(t.full);
+    // A session the gateway did not hold is kept only once admitted: refused, nothing is kept.
+    let busy = gateway::reply(1, t.seq, EscalationOutcome::Busy { retry_after_ms: 40 });
+    assert_eq!(fallback(p.edge.on_reply(busy, &ctx, p.now)).0, FallbackReason::Busy);
+    p.advance(Duration::from_millis(40));
     let mut ctx2 = ctx.clone();
     ctx2.push(5);
-    assert_eq!(fallback(p.edge.escalate(&ctx2, up(1), p.now)).0, FallbackReason::Degraded, "the load hint is honoured: local-only for 40 ms");
-    p.advance(Duration::from_millis(40));
     let step = p.edge.escalate(&ctx2, up(1), p.now);
-    assert!(!Pair::sent(&step).full, "Busy acknowledges the sync");
+    assert!(Pair::sent(&step).full, "no delta on a context the gateway never kept");
     assert_eq!(cloud_token(p.answer(Pair::sent(&step), &ctx2)), llm(&ctx2));
+    assert_eq!(p.edge.counters().context_missing, 0, "no round trip wasted on ContextMissing");
+}
+
+#[test]
+fn after_a_reconnect_a_long_context_goes_ahead_and_the_hard_token_is_a_one_token_delta_behind_it() {
+    let mut p = Pair::new();
+    // 400 tokens at 5 ms each with the margin: far beyond the 1 s maximum deadline.
+    let ctx: Vec<u32> = (1..401).collect();
+    assert_eq!(cloud(p.escalate_served(&ctx, Duration::ZERO)), llm(&ctx));
+    // The gateway restarted: the link's next connection finds it holding nothing.
+    p.gateway = SessionContext::new();
+    let mut ctx2 = ctx.clone();
+    ctx2.push(7);
+    let (ahead, report) = p.edge.sync_ahead(&ctx2, up(2), p.now).expect("a long context the new gateway lacks goes ahead");
+    assert!(ahead.full);
+    assert!(matches!(decoded(&ahead), Frame::Escalate { deadline_ms: MAX_DEADLINE_MS, ref context, .. } if context.tokens().len() == 400), "all but the hard token's position, with the longest deadline");
+    let ahead_reply = p.serve(&ahead);
+    let step = p.edge.escalate(&ctx2, up(2), p.now);
+    let t = Pair::sent(&step).clone();
+    assert!(!t.full, "the hard token itself is a delta");
+    assert!(matches!(decoded(&t), Frame::Escalate { context: ContextSync::Delta { base_len: 400, ref tokens }, .. } if tokens.len() == 1));
+    assert_eq!(t.deadline - p.now, policy().max, "it waits behind the prefill ahead of it, up to the maximum");
+    assert_eq!(p.edge.on_reply(ahead_reply, &ctx2, p.now), Step::Wait, "the resync's answer is nobody's");
+    report.report(900);
+    assert_eq!(cloud_token(p.answer(&t, &ctx2)), llm(&ctx2));
+    assert_eq!(p.edge.counters().context_missing, 0);
+}
+
+#[test]
+fn nothing_goes_ahead_for_a_held_context_a_short_one_or_a_device_holding_back() {
+    let mut p = Pair::new();
+    let long: Vec<u32> = (1..401).collect();
+    assert_eq!(cloud(p.escalate_served(&long, Duration::ZERO)), llm(&long));
+    let mut grown = long.clone();
+    grown.push(3);
+    assert!(p.edge.sync_ahead(&grown, up(1), p.now).is_none(), "the gateway holds it: a delta follows");
+    assert!(p.edge.sync_ahead(&grown, LinkView::Down, p.now).is_none(), "no link");
+    // A short context fits a deadline as a `Full`: nothing to send ahead of it.
+    let mut q = Pair::new();
+    assert!(q.edge.sync_ahead(&[1, 2, 3, 4, 5, 6], up(1), q.now).is_none());
+    // A gateway that asked for a pause gets nothing ahead of time either.
+    let mut r = Pair::new();
+    let step = r.edge.escalate(&long, up(1), r.now);
+    let t = Pair::sent(&step).clone();
+    let busy = gateway::reply(1, t.seq, EscalationOutcome::Busy { retry_after_ms: 500 });
+    assert_eq!(fallback(r.edge.on_reply(busy, &long, r.now)).0, FallbackReason::Busy);
+    assert!(r.edge.sync_ahead(&grown, up(1), r.now).is_none(), "within the Busy's retry-after");
+    r.advance(Duration::from_millis(500));
+    assert!(r.edge.sync_ahead(&grown, up(1), r.now).is_some(), "after it");
 }
 
 #[test]
