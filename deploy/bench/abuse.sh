@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The gateway under abuse and overload: `loadtest abuse` starts a real
-# cloud-gateway process (tiny model behind a simulated cost close to the 1.5B's on these
-# cores: 60 ms per batch, 18 ms per token of prefill) and runs the hostile probe's scenarios
-# against it from 127.0.0.1 — id squatting (dev mode), ids claimed without their per-device
-# tokens (a gateway with --device-token-secret), an invented-id session flood followed by a new device, unfinished
-# streams pinning memory, an idle-connection flood, a huge Full from a device that leaves, and
-# sustained overload — while a well-behaved device escalates from 127.0.0.2. After each: the
-# well-behaved device's escalations served within their deadline, gateway RSS against its
-# baseline, Busy against expired. Prints a Markdown table; the JSON report goes to $OUT.
+# The gateway under abuse and overload: `loadtest abuse` starts a real cloud-gateway process
+# (tiny model behind a simulated cost close to the 1.5B's on these cores: 60 ms per batch,
+# 18 ms per token of prefill) and runs the hostile probe's scenarios against it from
+# 127.0.0.1 — id squatting (dev mode), ids claimed without their per-device tokens (a gateway
+# with --device-token-secret), an invented-id session flood followed by a new device,
+# unfinished streams pinning memory, an idle-connection flood, a huge Full from a device that
+# leaves, sustained overload, and a signed bundle downloaded during that overload — while a
+# well-behaved device escalates from 127.0.0.2. After each: the well-behaved device's
+# escalations served within their deadline, gateway RSS against its baseline, Busy against
+# expired. Prints a Markdown table; the JSON report goes to $OUT.
 #
 # Usage: deploy/bench/abuse.sh [loadtest abuse flags]   (e.g. --scenarios overload,huge-full)
 set -euo pipefail
@@ -45,12 +46,17 @@ def got(name, s):
     if name == "overload":
         a = s["answers"]
         return f"{s['sessions']} sessions, {s['secs']} s: {a['token']} tokens, {a['busy']} Busy, {a['expired']} expired, {a['late']} answers late (latest {a['latest_after_deadline_ms']:.0f} ms after deadline); not ready {s['not_ready_s']:.1f} s (first at {s['first_not_ready_s']}); ready and idle {s['ready_and_idle_after_stop_s']} s after stop"
+    if name == "bundle-flood":
+        a, d = s["flood"]["answers"], s["during_flood"]
+        fetched = ", ".join(f"{f['ms']:.0f} ms" if f["accepted"] else "failed: " + (f["error"] or "")[:60] for f in d)
+        chunks = max(f["chunk_max_ms"] for f in d)
+        return f"a {s['bundle']['bytes']:,}-byte signed bundle ({s['bundle']['chunks']} chunks) fetched and accepted in {s['idle']['ms']:.0f} ms idle, {fetched} during the flood (slowest chunk {chunks:.0f} ms; queue depth {s['queue_depth_at_last_fetch']:.0f}); the flood: {a['token']} tokens, {a['busy']} Busy, {a['expired']} expired"
     return ""
 def pr(p):
     if p is None: return "-"
     if p.get("connect_error"): return "connect failed: " + p["connect_error"][:60]
     return f"{p['served_within_deadline']}/{p['escalations']}, p50 {p['p50_ms']:.0f} ms"
-order = ['squat', 'claim', 'session-flood', 'unfinished-streams', 'idle-flood', 'huge-full', 'overload']
+order = ['squat', 'claim', 'session-flood', 'unfinished-streams', 'idle-flood', 'huge-full', 'overload', 'bundle-flood']
 for name, s in sorted(r.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99):
     a = s.get("after", {})
     rec = a.get("rss_recovered_after_s")

@@ -32,6 +32,7 @@ use serde_json::json;
 
 use crate::stats::percentile;
 
+mod bundle_flood;
 mod engine_overload;
 mod flood;
 
@@ -57,8 +58,9 @@ pub struct AbuseArgs {
     #[arg(long, default_value_t = 1000)]
     pub probe_deadline_ms: u32,
     /// Only these scenarios (squat, claim: ids claimed without their per-device tokens,
-    /// session-flood, unfinished-streams, idle-flood, huge-full, overload, fair-flood: one
-    /// device floods, 20 behave; engine-overload: 3x what the --engine answers); default all
+    /// session-flood, unfinished-streams, idle-flood, huge-full, overload, bundle-flood: a
+    /// signed bundle downloaded during the overload's flood, fair-flood: one device floods, 20
+    /// behave; engine-overload: 3x what the --engine answers); default all
     /// but engine-overload (which needs an engine).
     #[arg(long, value_delimiter = ',')]
     pub scenarios: Vec<String>,
@@ -110,10 +112,7 @@ impl GatewayProcess {
 
     /// Start one with `extra` flags besides what `args` gives.
     fn start_with(args: &AbuseArgs, dir: &Path, extra: &[String]) -> anyhow::Result<Self> {
-        let bin = match &args.gateway_bin {
-            Some(b) => b.clone(),
-            None => std::env::current_exe()?.parent().context("this program's directory")?.join("cloud-gateway"),
-        };
+        let bin = gateway_bin(args)?;
         let cert = dir.join("gateway-cert.pem");
         let mut cmd = Command::new(&bin);
         cmd.args(["--listen=127.0.0.1:0", "--http-listen=127.0.0.1:0", "--threads=1", "--max-context=4096"])
@@ -173,6 +172,14 @@ impl Drop for GatewayProcess {
     }
 }
 
+/// The `cloud-gateway` binary: `--gateway-bin`, or the one next to this program.
+fn gateway_bin(args: &AbuseArgs) -> anyhow::Result<PathBuf> {
+    match &args.gateway_bin {
+        Some(b) => Ok(b.clone()),
+        None => Ok(std::env::current_exe()?.parent().context("this program's directory")?.join("cloud-gateway")),
+    }
+}
+
 /// VmRSS of `pid`, KiB (0 if unreadable).
 fn rss_kb(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -209,6 +216,8 @@ struct Client {
     /// Issues each id's per-device token (the gateway's secret for a device, another one for
     /// an attacker forging tokens); none sends no token.
     tokens: Option<Arc<DeviceTokenKey>>,
+    /// The SLM it says it runs in `Hello` (what the gateway offers bundles for).
+    slm_id: Arc<str>,
 }
 
 impl Client {
@@ -216,7 +225,7 @@ impl Client {
         let config = edge_node::tls::client_config(Some(ca), false, Duration::from_secs(5))?;
         let mut endpoint = quinn::Endpoint::client(local.parse()?)?;
         endpoint.set_default_client_config(config);
-        Ok(Self { endpoint, gateway, fingerprint: Arc::from(fingerprint), tokens: None })
+        Ok(Self { endpoint, gateway, fingerprint: Arc::from(fingerprint), tokens: None, slm_id: Arc::from("abuse") })
     }
 
     /// This client, presenting the per-device tokens `key` issues.
@@ -224,11 +233,16 @@ impl Client {
         Self { tokens: Some(Arc::new(key)), ..self }
     }
 
+    /// This client, saying in `Hello` that it runs `slm_id`.
+    fn with_slm(self, slm_id: &str) -> Self {
+        Self { slm_id: Arc::from(slm_id), ..self }
+    }
+
     /// A connection past `Hello` as `device`; `Err` if refused (at the QUIC level or `Reject`).
     async fn connect(&self, device: &str) -> anyhow::Result<quinn::Connection> {
         let conn = tokio::time::timeout(Duration::from_secs(10), self.endpoint.connect(self.gateway, "localhost")?).await??;
         let auth = self.tokens.as_ref().map(|k| k.issue(device)).unwrap_or_default();
-        let hello = Frame::Hello { protocol_version: PROTOCOL_VERSION, device_id: device.into(), auth, tokenizer_fingerprint: self.fingerprint.to_string(), slm_id: "abuse".into() };
+        let hello = Frame::Hello { protocol_version: PROTOCOL_VERSION, device_id: device.into(), auth, tokenizer_fingerprint: self.fingerprint.to_string(), slm_id: self.slm_id.to_string() };
         match request(&conn, &hello, Duration::from_secs(10)).await? {
             Frame::Welcome { .. } => Ok(conn),
             other => anyhow::bail!("refused: {other:?}"),
@@ -455,7 +469,7 @@ async fn run_async(args: AbuseArgs) -> anyhow::Result<()> {
         true => name != "engine-overload",
         false => args.scenarios.iter().any(|s| s == name),
     };
-    let selected: Vec<&str> = ["squat", "claim", "session-flood", "unfinished-streams", "idle-flood", "huge-full", "overload", "fair-flood", "engine-overload"].into_iter().filter(|s| wanted(s)).collect();
+    let selected: Vec<&str> = ["squat", "claim", "session-flood", "unfinished-streams", "idle-flood", "huge-full", "overload", "bundle-flood", "fair-flood", "engine-overload"].into_iter().filter(|s| wanted(s)).collect();
     let mut run = Run { baseline_mb: 0.0, gw, attacker, device, args, next_session: AtomicUsize::new(0) };
     let warm = run.probe().await;
     run.baseline_mb = run.gw.rss_mb();
@@ -476,6 +490,7 @@ async fn run_async(args: AbuseArgs) -> anyhow::Result<()> {
             "unfinished-streams" => unfinished_streams(&run).await,
             "idle-flood" => idle_flood(&run).await,
             "huge-full" => huge_full(&run).await,
+            "bundle-flood" => bundle_flood::bundle_flood(&run, dir.path()).await,
             "fair-flood" => flood::fair_flood(&run).await,
             "engine-overload" => engine_overload::engine_overload(&run).await,
             _ => overload(&run).await,
@@ -728,46 +743,7 @@ async fn overload(run: &Run) -> anyhow::Result<serde_json::Value> {
     let secs = run.args.scenario_secs;
     let stop_at = Instant::now() + Duration::from_secs(secs);
     let tally = Arc::new(std::sync::Mutex::new(Tally::default()));
-    let mut conns = Vec::new();
-    for i in 0..20 {
-        conns.push(run.attacker.connect(&format!("load-{i}")).await?);
-    }
-    let mut tasks = Vec::new();
-    for (i, conn) in conns.iter().enumerate() {
-        for s in 0..10u64 {
-            let (conn, tally) = (conn.clone(), tally.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut held: Option<usize> = None;
-                let mut len = 16usize;
-                let mut seq = 0u32;
-                while Instant::now() < stop_at {
-                    let context = match held {
-                        Some(h) => {
-                            len += 5;
-                            ContextSync::Delta { base_len: h as u32, tokens: TokenIds((h as u32..len as u32).map(|t| 300 + (t + i as u32) % 900).collect()) }
-                        }
-                        None => ContextSync::Full { tokens: TokenIds((0..len as u32).map(|t| 300 + (t + i as u32) % 900).collect()) },
-                    };
-                    if len > 3000 {
-                        len = 16;
-                        held = None;
-                        continue;
-                    }
-                    let t = Instant::now();
-                    let reply = request(&conn, &escalate(s + 1, seq, context, 1000), Duration::from_secs(40)).await;
-                    seq += 1;
-                    let a = classify(&reply);
-                    tally.lock().unwrap_or_else(|p| p.into_inner()).add(a, t.elapsed(), 1000);
-                    held = matches!(a, Answer::Token | Answer::Busy).then_some(len);
-                    let pause = match reply {
-                        Ok(Frame::Busy { retry_after_ms, .. }) => Duration::from_millis(u64::from(retry_after_ms).min(5000)),
-                        _ => Duration::from_millis(30),
-                    };
-                    tokio::time::sleep(pause).await;
-                }
-            }));
-        }
-    }
+    let (conns, tasks) = escalation_load(&run.attacker, stop_at, tally.clone()).await?;
     // Readiness while overloaded, and the probe.
     let mut not_ready_s = 0.0;
     let mut first_not_ready = None;
@@ -809,6 +785,59 @@ async fn overload(run: &Run) -> anyhow::Result<serde_json::Value> {
     let tally = tally.lock().unwrap_or_else(|p| p.into_inner()).clone();
     Ok(json!({ "sessions": 200, "secs": secs, "answers": tally, "first_not_ready_s": first_not_ready, "not_ready_s": not_ready_s,
         "ready_and_idle_after_stop_s": recovered_s, "after": after }))
+}
+
+/// The overload's load: 20 connections of the attacker's, 10 sessions each, escalating until
+/// `stop_at` with 30 ms of think time (a 16-token `Full`, then 5-token deltas up to 3,000
+/// tokens; after `Busy` the hint, at most 5 s), every answer added to `tally`. Returns the
+/// connections (to close) and the sessions' tasks (to await).
+async fn escalation_load(attacker: &Client, stop_at: Instant, tally: Arc<std::sync::Mutex<Tally>>) -> anyhow::Result<(Vec<quinn::Connection>, Vec<tokio::task::JoinHandle<()>>)> {
+    let mut conns = Vec::new();
+    for i in 0..20 {
+        conns.push(attacker.connect(&format!("load-{i}")).await?);
+    }
+    let mut tasks = Vec::new();
+    for (i, conn) in conns.iter().enumerate() {
+        for s in 0..10u64 {
+            let (conn, tally) = (conn.clone(), tally.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut held: Option<usize> = None;
+                let mut len = 16usize;
+                let mut seq = 0u32;
+                while Instant::now() < stop_at {
+                    let context = match held {
+                        Some(h) => {
+                            len += 5;
+                            ContextSync::Delta { base_len: h as u32, tokens: TokenIds((h as u32..len as u32).map(|t| 300 + (t + i as u32) % 900).collect()) }
+                        }
+                        None => ContextSync::Full { tokens: TokenIds((0..len as u32).map(|t| 300 + (t + i as u32) % 900).collect()) },
+                    };
+                    if len > 3000 {
+                        len = 16;
+                        held = None;
+                        continue;
+                    }
+                    let t = Instant::now();
+                    let reply = request(&conn, &escalate(s + 1, seq, context, 1000), Duration::from_secs(40)).await;
+                    seq += 1;
+                    let a = classify(&reply);
+                    tally.lock().unwrap_or_else(|p| p.into_inner()).add(a, t.elapsed(), 1000);
+                    // A held session grows before admission; a new one refused keeps nothing.
+                    held = match a {
+                        Answer::Token => Some(len),
+                        Answer::Busy if held.is_some() => Some(len),
+                        _ => None,
+                    };
+                    let pause = match reply {
+                        Ok(Frame::Busy { retry_after_ms, .. }) => Duration::from_millis(u64::from(retry_after_ms).min(5000)),
+                        _ => Duration::from_millis(30),
+                    };
+                    tokio::time::sleep(pause).await;
+                }
+            }));
+        }
+    }
+    Ok((conns, tasks))
 }
 
 /// Run `f` over `items` on tasks, at most `concurrency` at once; results in order.
