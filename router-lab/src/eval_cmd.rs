@@ -167,6 +167,9 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     let rows = summarise(&records, &names);
     write_reports(&args.out, &config, &rows)?;
     print_table(&rows);
+    if let Some(c) = crate::curves_cmd::write(&args.out, &records, &args.task.name())? {
+        println!("\n{}", crate::curves_cmd::table(&c));
+    }
     eprintln!("SLM tokens computed {}, {}", eval.slm_tokens_computed(), eval.llm_work());
     Ok(())
 }

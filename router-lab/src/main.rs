@@ -9,6 +9,8 @@ mod check_served_cmd;
 mod compare_cmd;
 mod cqa;
 mod cqa_args;
+mod curves;
+mod curves_cmd;
 mod engine_llm;
 mod eval_cmd;
 mod eval_item;
@@ -51,6 +53,9 @@ enum Command {
     /// Check a served run (`eval --gateway`) against the position-by-position reference: every
     /// token the LLM chose or accepted must be its choice there, every other one the SLM's.
     CheckServed(Box<check_served_cmd::CheckServedArgs>),
+    /// Curves of an evaluation's results: gap recovered against share escalated per policy,
+    /// with paired bootstrap intervals, and the router's lead over the SLM's confidence.
+    Curves(curves_cmd::CurvesArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -65,5 +70,6 @@ fn main() -> anyhow::Result<()> {
         Command::EvalCqa(args) => eval_cmd::run(*args),
         Command::CompareTeachers(args) => compare_cmd::run(*args),
         Command::CheckServed(args) => check_served_cmd::run(*args),
+        Command::Curves(args) => curves_cmd::run(args),
     }
 }

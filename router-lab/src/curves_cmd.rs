@@ -1,0 +1,187 @@
+//! `router-lab curves`: the curves of an evaluation's `items.jsonl` ([`crate::curves`]) as
+//! `curves.json`, `curves.svg` (gap recovered against share escalated, one line per policy,
+//! each point with its interval) and a Markdown table. The evaluation writes them too; the
+//! command redraws them from any results, a run still in progress included.
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+use plotters::prelude::*;
+
+use crate::curves::{curves, Curves, Interval};
+use crate::eval_report::ItemRecord;
+
+/// Paired bootstrap draws per figure.
+pub const RESAMPLES: usize = 2000;
+/// Their seed: the same results give the same intervals.
+pub const SEED: u64 = 7;
+
+/// Options of `router-lab curves`.
+#[derive(Debug, Args)]
+pub struct CurvesArgs {
+    /// An evaluation's results directory (or its `items.jsonl`).
+    #[arg(long, env = "DUET_CURVES_ITEMS")]
+    pub items: PathBuf,
+    /// The task's name on the figure.
+    #[arg(long, env = "DUET_CURVES_TITLE", default_value = "")]
+    pub title: String,
+    /// Where to write `curves.json` and `curves.svg` [default: beside the items].
+    #[arg(long, env = "DUET_CURVES_OUT")]
+    pub out: Option<PathBuf>,
+}
+
+/// Run `router-lab curves`.
+pub fn run(args: CurvesArgs) -> anyhow::Result<()> {
+    let path = if args.items.is_dir() { args.items.join("items.jsonl") } else { args.items.clone() };
+    let records = read_items(&path)?;
+    let out = args.out.clone().or_else(|| path.parent().map(Path::to_path_buf)).unwrap_or_default();
+    let title = if args.title.is_empty() { out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default() } else { args.title };
+    let c = write(&out, &records, &title)?.context("no curves: the results need slm-only and llm-only runs on the same items")?;
+    println!("{}", table(&c));
+    Ok(())
+}
+
+/// The item records of an `items.jsonl` (a torn last line of a run in progress is skipped).
+pub fn read_items(path: &Path) -> anyhow::Result<Vec<ItemRecord>> {
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut out = Vec::new();
+    for line in std::io::BufReader::new(file).lines() {
+        let line = line?;
+        match serde_json::from_str(&line) {
+            Ok(r) => out.push(r),
+            Err(e) if !line.trim().is_empty() => tracing::warn!("{}: a line skipped ({e})", path.display()),
+            Err(_) => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Write `curves.json` and `curves.svg` of `records` into `dir`; `None` (and nothing written)
+/// without SLM-only and LLM-only runs.
+pub fn write(dir: &Path, records: &[ItemRecord], title: &str) -> anyhow::Result<Option<Curves>> {
+    let Some(c) = curves(records, RESAMPLES, SEED) else { return Ok(None) };
+    std::fs::write(dir.join("curves.json"), serde_json::to_string_pretty(&c)?)?;
+    plot(&dir.join("curves.svg"), &c, title).context("drawing curves.svg")?;
+    Ok(Some(c))
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.0} %", 100.0 * x)
+}
+
+fn within(i: Option<Interval>) -> String {
+    i.map(|i| format!(" [{:.0} to {:.0}]", 100.0 * i.low, 100.0 * i.high)).unwrap_or_default()
+}
+
+/// The curves as a Markdown table: one row per target rate, each policy's share escalated and
+/// gap recovered with its interval, and the router's lead over confidence.
+pub fn table(c: &Curves) -> String {
+    let (d, i) = c.llm_minus_slm;
+    let mut out = format!(
+        "{} items; SLM-only {:.1} %, LLM-only {:.1} % (LLM - SLM {:.1} points, 95 % interval {:.1} to {:.1}: {})\n\n",
+        c.items,
+        100.0 * c.slm,
+        100.0 * c.llm,
+        100.0 * d,
+        100.0 * i.low,
+        100.0 * i.high,
+        if c.gap_measurable() { "measurable" } else { "not measurable at this item count" }
+    );
+    let mut policies: Vec<&str> = c.points.iter().map(|p| p.policy.as_str()).collect();
+    policies.dedup();
+    let mut rates: Vec<f64> = c.points.iter().map(|p| p.target_rate).collect();
+    rates.sort_by(f64::total_cmp);
+    rates.dedup();
+    out.push_str("| target rate |");
+    for p in &policies {
+        out.push_str(&format!(" {p}: escalated, gap recovered [95 %] |"));
+    }
+    out.push_str(" router - confidence [95 %] |\n|---|");
+    out.push_str(&"---|".repeat(policies.len() + 1));
+    out.push('\n');
+    for rate in rates {
+        out.push_str(&format!("| {:.0} % |", 100.0 * rate));
+        for p in &policies {
+            match c.points.iter().find(|x| x.policy == *p && x.target_rate == rate) {
+                Some(x) => out.push_str(&format!(" {:.1} %, {}{} |", 100.0 * x.share, x.gap.map(pct).unwrap_or("-".into()), within(x.gap_interval))),
+                None => out.push_str(" - |"),
+            }
+        }
+        match c.leads.iter().find(|l| l.target_rate == rate) {
+            Some(l) => out.push_str(&format!(" {:+.0} points{} |\n", 100.0 * l.lead, within(Some(l.interval)))),
+            None => out.push_str(" - |\n"),
+        }
+    }
+    out
+}
+
+fn color(policy: &str) -> RGBColor {
+    match policy {
+        "router" => RGBColor(200, 30, 30),
+        "confidence" => RGBColor(30, 90, 200),
+        "random" => RGBColor(120, 120, 120),
+        _ => RGBColor(200, 120, 0),
+    }
+}
+
+fn plot(path: &Path, c: &Curves, title: &str) -> anyhow::Result<()> {
+    let x_max = c.points.iter().map(|p| p.share * 100.0).fold(5.0, f64::max) * 1.1;
+    let lows = c.points.iter().filter_map(|p| p.gap_interval.map(|i| i.low * 100.0));
+    let highs = c.points.iter().filter_map(|p| p.gap_interval.map(|i| i.high * 100.0));
+    let y_min = lows.fold(0.0, f64::min) - 5.0;
+    let y_max = highs.fold(100.0, f64::max) + 5.0;
+    let root = SVGBackend::new(path, (800, 560)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("{title} ({} items): gap recovered vs tokens escalated, 95 % intervals", c.items), ("sans-serif", 18))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0.0..x_max, y_min..y_max)?;
+    chart.configure_mesh().x_desc("tokens escalated to the LLM (%)").y_desc("SLM-to-LLM gap recovered (%)").draw()?;
+    let mut policies: Vec<&str> = c.points.iter().map(|p| p.policy.as_str()).collect();
+    policies.dedup();
+    for policy in policies {
+        let pts: Vec<_> = c.points.iter().filter(|p| p.policy == policy).filter_map(|p| Some((p.share * 100.0, p.gap? * 100.0, p.gap_interval))).collect();
+        let col = color(policy);
+        chart
+            .draw_series(LineSeries::new(pts.iter().map(|&(x, y, _)| (x, y)), col.stroke_width(2)))?
+            .label(policy.to_string())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
+        chart.draw_series(pts.iter().map(|&(x, y, _)| Circle::new((x, y), 4, col.filled())))?;
+        chart.draw_series(pts.iter().filter_map(|&(x, _, i)| i.map(|i| PathElement::new(vec![(x, i.low * 100.0), (x, i.high * 100.0)], col.stroke_width(1)))))?;
+    }
+    for y in [0.0, 100.0] {
+        chart.draw_series(LineSeries::new(vec![(0.0, y), (x_max, y)], BLACK.mix(0.4).stroke_width(1)))?;
+    }
+    chart.configure_series_labels().position(SeriesLabelPosition::LowerRight).background_style(WHITE.mix(0.85)).border_style(BLACK).draw()?;
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval_item::RunOutcome;
+
+    #[test]
+    fn the_command_writes_the_figure_and_the_table_names_every_rate_and_the_lead() {
+        let records: Vec<ItemRecord> = (0..50)
+            .map(|i| {
+                let run = |run: &str, correct: bool, escalated: usize| RunOutcome { run: run.into(), answer: None, correct, tokens: 10, escalated, text: String::new() };
+                let runs = vec![run("slm-only", i < 10, 0), run("llm-only", i < 40, 10), run("router@0.050", i < 35, 1), run("confidence@0.050", i < 20, 1), run("router@0.020", i < 20, 0)];
+                ItemRecord { id: i.to_string(), answer_key: "A".into(), runs }
+            })
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let c = write(dir.path(), &records, "test").unwrap().unwrap();
+        let svg = std::fs::read_to_string(dir.path().join("curves.svg")).unwrap();
+        assert!(svg.contains("<svg") && svg.contains("confidence") && svg.contains("router"));
+        let t = table(&c);
+        assert!(t.contains("| 2 % |") && t.contains("| 5 % |"), "{t}");
+        assert!(t.contains("+50 points"), "{t}");
+        assert!(t.contains("measurable"), "{t}");
+    }
+}
