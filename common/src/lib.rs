@@ -17,6 +17,7 @@ pub mod fingerprint;
 pub mod fleet;
 pub mod protocol;
 pub mod sampling;
+pub mod stats;
 pub mod telemetry;
 #[cfg(feature = "otlp")]
 pub mod trace;

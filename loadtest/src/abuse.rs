@@ -30,7 +30,7 @@ use model_runtime::model_files::ModelFiles;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::stats::percentile;
+use common::stats::percentile;
 
 mod bundle_flood;
 mod engine_overload;

@@ -44,7 +44,7 @@ use model_runtime::model_files::DEFAULT_LLM;
 use model_runtime::tokenizer::Tokenizer;
 use serde::Serialize;
 
-use crate::stats::percentile;
+use common::stats::percentile;
 
 /// Options of `loadtest engines`.
 #[derive(Debug, Args)]

@@ -27,7 +27,7 @@ use model_runtime::model_files::{ModelFiles, DEFAULT_SLM};
 use serde::Serialize;
 
 use crate::fixed_backend::FixedCostBackend;
-use crate::stats::{percentile, process_cpu_s};
+use common::stats::{percentile, process_cpu_s};
 
 /// Options of `loadtest handshake`.
 #[derive(Debug, Args)]

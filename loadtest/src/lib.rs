@@ -10,5 +10,3 @@ pub mod gateway_latency;
 pub mod handshake;
 pub mod loopback;
 pub mod otlp_sink;
-pub mod relay;
-pub mod stats;

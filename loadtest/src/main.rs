@@ -1,7 +1,7 @@
 //! `loadtest`: measures Duet's gateway and backends. Each subcommand runs its baseline in the
 //! same process and prints one JSON report (BENCHMARKS.md quotes the commands).
 
-use loadtest::{abuse, batching, engines, fleet, gateway_latency, handshake, relay};
+use loadtest::{abuse, batching, engines, fleet, gateway_latency, handshake};
 
 use clap::{Parser, Subcommand};
 

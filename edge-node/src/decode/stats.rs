@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use common::exchange::FallbackReason;
+use common::stats::percentile_sorted;
 
 use super::engine::FinishReason;
 use super::rate::RateControl;
@@ -204,14 +205,6 @@ impl Default for DecodeStats {
     }
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
 impl DecodeStats {
     /// Per escalation the cloud answered: ms from asking to the answer, in order.
     pub fn escalation_latencies(&self) -> &[f64] {
@@ -234,14 +227,14 @@ impl DecodeStats {
     pub(crate) fn finish(&mut self) {
         let mut t = std::mem::take(&mut self.token_latencies);
         t.sort_by(f64::total_cmp);
-        self.token_latency_ms_p50 = percentile(&t, 0.5);
-        self.token_latency_ms_p90 = percentile(&t, 0.9);
-        self.token_latency_ms_p99 = percentile(&t, 0.99);
+        self.token_latency_ms_p50 = percentile_sorted(&t, 0.5);
+        self.token_latency_ms_p90 = percentile_sorted(&t, 0.9);
+        self.token_latency_ms_p99 = percentile_sorted(&t, 0.99);
         // Kept in arrival order (`generate --json` lists them); sorted in a copy.
         let mut e = self.escalation_latencies.clone();
         e.sort_by(f64::total_cmp);
-        self.escalation_latency_ms_p50 = percentile(&e, 0.5);
-        self.escalation_latency_ms_p99 = percentile(&e, 0.99);
+        self.escalation_latency_ms_p50 = percentile_sorted(&e, 0.5);
+        self.escalation_latency_ms_p99 = percentile_sorted(&e, 0.99);
         if let Some((first, later)) = self.escalation_bytes.split_first() {
             self.first_escalation_bytes = *first;
             self.later_escalation_bytes_avg = if later.is_empty() { 0.0 } else { later.iter().sum::<usize>() as f64 / later.len() as f64 };

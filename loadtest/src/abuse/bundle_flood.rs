@@ -27,7 +27,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::{escalation_load, peak_of, probe, request, watch_rss, Client, GatewayProcess, Run, Tally};
-use crate::stats::percentile;
+use common::stats::percentile;
 
 /// The SLM whose shipped router the bundle carries.
 const SLM: &str = "qwen2.5-coder-0.5b-instruct";

@@ -29,7 +29,7 @@ use serde_json::json;
 
 use super::flood::labelled;
 use super::{classify, escalate, metric, request, Answer, Run, Tally};
-use crate::stats::percentile;
+use common::stats::percentile;
 
 /// Sessions the arrivals are spread over.
 const SESSIONS: usize = 48;

@@ -3,7 +3,7 @@
 //!
 //! What runs: a gateway in its own process ([`gateway`]: the fixed-cost backend, the embedded
 //! LLM or external engines; or an external gateway), one impairment relay per network profile
-//! ([`crate::relay`]) in this process, and N devices ([`device`]) that each run the real edge
+//! ([`relay`]) in this process, and N devices ([`device`]) that each run the real edge
 //! stack — QUIC link with reconnect, the exchange's deadlines and fallbacks, the routed decode
 //! loop — with the SLM replaced by a recorded trace ([`trace`]). Devices connect over the
 //! ramp-up, then run sessions with think time for the duration; at the end every device is
@@ -47,7 +47,7 @@ use self::identity::DeviceCerts;
 use self::metrics_scrape::{Sample, Targets};
 use self::options::{Mix, DIRECT};
 use self::trace::Trace;
-use crate::relay::{Profile, Profiles, Relay, RelayConfig, RelayStats};
+use relay::{Profile, Profiles, Relay, RelayConfig, RelayStats};
 
 /// Name of the local-only baseline group (devices that never escalate).
 pub const LOCAL_ONLY: &str = "local-only";

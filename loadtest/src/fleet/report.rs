@@ -14,7 +14,7 @@ use super::hist::Summary;
 use super::metrics_scrape::Sample;
 use super::options::BackendSpec;
 use super::{RunResult, LOCAL_ONLY};
-use crate::relay::RelayStats;
+use relay::RelayStats;
 
 /// Fallbacks by reason.
 #[derive(Debug, Clone, Serialize)]

@@ -25,7 +25,7 @@ pub struct RelayArgs {
     #[arg(long, env = "DUET_RELAY_UPSTREAM", required_unless_present_any = ["bench", "list"])]
     pub upstream: Option<String>,
     /// A TOML file of profiles read on top of the shipped ones (same form as
-    /// loadtest/network-profiles.toml).
+    /// relay/network-profiles.toml).
     #[arg(long, env = "DUET_RELAY_PROFILES_FILE")]
     pub profiles_file: Option<PathBuf>,
     /// Seeds the random streams (the same seed and traffic give the same fates).

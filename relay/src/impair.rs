@@ -394,7 +394,7 @@ impl<P: AsRef<[u8]> + Clone> Link<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::relay::profile::{Blackout, Burst};
+    use crate::profile::{Blackout, Burst};
 
     const MS: Duration = Duration::from_millis(1);
 

@@ -19,7 +19,7 @@ use serde::Serialize;
 use tokio::net::UdpSocket;
 
 use super::{Profile, Relay, RelayConfig, RelayStats};
-use crate::stats::percentile;
+use common::stats::{percentile, process_cpu_s};
 
 /// A UDP echo server on its own thread, outside the async runtime that runs the relay (as a
 /// gateway is another process): it sends every datagram back to its sender, and stops when
@@ -286,13 +286,3 @@ fn process_rss_kib() -> f64 {
     status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0.0)
 }
 
-/// CPU seconds this process has used (user + system, from `/proc/self/stat`; 0 where absent).
-fn process_cpu_s() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0.0 };
-    // Fields after the command name (which may hold spaces) start at field 3; utime and stime
-    // are fields 14 and 15, in clock ticks of 1/100 s (USER_HZ on Linux).
-    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { return 0.0 };
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
-}

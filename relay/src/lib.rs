@@ -16,7 +16,7 @@
 //!
 //! ```no_run
 //! # async fn f() -> anyhow::Result<()> {
-//! use loadtest::relay::{Profiles, Relay, RelayConfig};
+//! use relay::{Profiles, Relay, RelayConfig};
 //! let profile = Profiles::builtin().get("4g")?.clone();
 //! let relay = Relay::start(RelayConfig::new("127.0.0.1:0".parse()?, "127.0.0.1:4433".parse()?, profile)).await?;
 //! // ... point devices at relay.local_addr() ...

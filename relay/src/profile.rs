@@ -1,6 +1,6 @@
 //! Network profiles: named sets of impairments, read from TOML.
 //!
-//! The shipped file (`loadtest/network-profiles.toml`, compiled into the binary) names the
+//! The shipped file (`relay/network-profiles.toml`, compiled into the binary) names the
 //! conditions a fleet meets: `lan`, `wifi`, `4g`, `3g-lossy`, `satellite`, `flapping`. A user's
 //! file is read on top of it: its profiles add names or replace shipped ones whole.
 //!
@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// The shipped profiles (also readable in the repository as `loadtest/network-profiles.toml`).
-pub const BUILTIN_PROFILES: &str = include_str!("../../network-profiles.toml");
+/// The shipped profiles (also readable in the repository as `relay/network-profiles.toml`).
+pub const BUILTIN_PROFILES: &str = include_str!("../network-profiles.toml");
 
 /// The longest delay, jitter or blackout period a profile may ask for: beyond this a value is
 /// a unit mistake, not a network.
