@@ -102,6 +102,11 @@ pub struct CloudArgs {
     /// This device's id (default: host name and process id).
     #[arg(long, env = "DUET_DEVICE_ID")]
     pub device_id: Option<String>,
+    /// How long the connection to the gateway may stay silent before it is closed and the link
+    /// reconnects, ms (keep-alives go every 2 s, so at least 4000). Longer rides out a path
+    /// that drops packets for a while; shorter notices a gone gateway sooner.
+    #[arg(long, env = "DUET_QUIC_IDLE_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(4000..=600_000))]
+    pub quic_idle_timeout_ms: u64,
     /// How long to wait for the first connection before starting (generation never waits later).
     #[arg(long, env = "DUET_CONNECT_WAIT_MS", default_value_t = 3000)]
     pub connect_wait_ms: u64,
@@ -304,6 +309,7 @@ pub fn link_config(cloud: &CloudArgs, tok: &Tokenizer, slm_id: &str) -> anyhow::
         },
         slm_id: slm_id.to_string(),
         cert_poll: Duration::from_millis(cloud.client_cert_poll_ms),
+        idle_timeout: Duration::from_millis(cloud.quic_idle_timeout_ms),
         ..LinkConfig::new(gateway, ca_cert, device_id, tok.fingerprint())
     })
 }
@@ -354,6 +360,15 @@ mod tests {
     fn calibration() -> Calibration {
         let grid: Vec<f32> = (0..100).map(|i| i as f32 / 100.0).collect();
         Calibration::from_confidences(&grid, &Calibration::default_rates())
+    }
+
+    #[test]
+    fn the_quic_idle_timeout_is_a_setting_kept_above_the_keep_alives() {
+        assert_eq!(cloud(&[]).quic_idle_timeout_ms, 10_000);
+        assert_eq!(cloud(&["--quic-idle-timeout-ms", "30000"]).quic_idle_timeout_ms, 30_000);
+        let parse = |v: &str| Cli::try_parse_from(["x", "--quic-idle-timeout-ms", v]).map(|c| c.cloud.quic_idle_timeout_ms);
+        assert!(parse("3999").is_err(), "within two keep-alives a live connection could time out");
+        assert!(parse("600001").is_err());
     }
 
     #[test]

@@ -68,7 +68,13 @@ pub struct LinkConfig {
     /// Also reload the client certificate on SIGHUP (a long-running `serve`; a one-shot command
     /// keeps SIGHUP's default of ending the process).
     pub reload_on_sighup: bool,
+    /// How long a silent connection lives before QUIC closes it (keep-alives go every
+    /// [`KEEP_ALIVE`]).
+    pub idle_timeout: Duration,
 }
+
+/// Interval between QUIC keep-alives on the link's connection.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(2);
 
 impl LinkConfig {
     /// A device `device_id` reaching `gateway` (trusting `ca_cert`) with the tokenizer whose
@@ -89,6 +95,7 @@ impl LinkConfig {
             backoff_max: Duration::from_secs(2),
             cert_poll: Duration::from_secs(2),
             reload_on_sighup: false,
+            idle_timeout: crate::tls::DEFAULT_IDLE_TIMEOUT,
         }
     }
 }
@@ -248,7 +255,8 @@ impl Link {
     pub fn start(config: LinkConfig) -> anyhow::Result<Self> {
         let build = {
             let (ca_cert, insecure) = (config.ca_cert.clone(), config.insecure);
-            move |identity: Option<&crate::tls::ClientIdentity>| crate::tls::client_config_with_identity(ca_cert.as_deref(), insecure, Duration::from_secs(2), identity)
+            let timers = crate::tls::QuicTimers { keep_alive: KEEP_ALIVE, idle_timeout: config.idle_timeout };
+            move |identity: Option<&crate::tls::ClientIdentity>| crate::tls::client_config_with_identity(ca_cert.as_deref(), insecure, timers, identity)
         };
         let client = Arc::new(ClientTls::new(build(config.client_identity.as_ref())?));
         anyhow::ensure!(!gateway_list(&config.gateway).is_empty(), "no gateway address in `{}`", config.gateway);

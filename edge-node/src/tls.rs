@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use common::protocol::ALPN;
@@ -37,14 +38,29 @@ impl ClientIdentity {
     }
 }
 
-/// Build the quinn client config (no client certificate).
-pub fn client_config(ca_cert: Option<&Path>, insecure: bool, keep_alive: std::time::Duration) -> anyhow::Result<quinn::ClientConfig> {
-    client_config_with_identity(ca_cert, insecure, keep_alive, None)
+/// How long a connection may be silent before QUIC closes it, unless the device says otherwise
+/// (`--quic-idle-timeout-ms`). Keep-alives go several times within it, so only a gateway
+/// that is gone (or a path that stopped carrying packets) reaches it; the link then reconnects.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Build the quinn client config (no client certificate, the default idle timeout).
+pub fn client_config(ca_cert: Option<&Path>, insecure: bool, keep_alive: Duration) -> anyhow::Result<quinn::ClientConfig> {
+    client_config_with_identity(ca_cert, insecure, QuicTimers { keep_alive, idle_timeout: DEFAULT_IDLE_TIMEOUT }, None)
+}
+
+/// The QUIC connection's timers: how often a keep-alive goes, and how long a silent
+/// connection lives.
+#[derive(Debug, Clone, Copy)]
+pub struct QuicTimers {
+    /// Interval between keep-alives.
+    pub keep_alive: Duration,
+    /// Idle timeout.
+    pub idle_timeout: Duration,
 }
 
 /// Build the quinn client config, presenting `identity` to a gateway that asks for one.
-pub fn client_config_with_identity(ca_cert: Option<&Path>, insecure: bool, keep_alive: std::time::Duration, identity: Option<&ClientIdentity>) -> anyhow::Result<quinn::ClientConfig> {
-    quic_client_config(client_tls(ca_cert, insecure, identity)?, keep_alive)
+pub fn client_config_with_identity(ca_cert: Option<&Path>, insecure: bool, timers: QuicTimers, identity: Option<&ClientIdentity>) -> anyhow::Result<quinn::ClientConfig> {
+    quic_client_config(client_tls(ca_cert, insecure, identity)?, timers)
 }
 
 /// The TLS half of [`client_config_with_identity`] (ALPN set), for a caller that tunes it (the
@@ -75,12 +91,12 @@ pub fn client_tls(ca_cert: Option<&Path>, insecure: bool, identity: Option<&Clie
     Ok(tls)
 }
 
-/// The QUIC client config over `tls`: keep-alive every `keep_alive`, 10 s idle timeout.
-pub fn quic_client_config(tls: rustls::ClientConfig, keep_alive: std::time::Duration) -> anyhow::Result<quinn::ClientConfig> {
+/// The QUIC client config over `tls` with `timers`.
+pub fn quic_client_config(tls: rustls::ClientConfig, timers: QuicTimers) -> anyhow::Result<quinn::ClientConfig> {
     let mut cfg = quinn::ClientConfig::new(Arc::new(QuicClientConfig::try_from(tls).context("QUIC TLS config")?));
     let mut transport = quinn::TransportConfig::default();
-    transport.keep_alive_interval(Some(keep_alive));
-    transport.max_idle_timeout(Some(std::time::Duration::from_secs(10).try_into().context("idle timeout")?));
+    transport.keep_alive_interval(Some(timers.keep_alive));
+    transport.max_idle_timeout(Some(timers.idle_timeout.try_into().context("idle timeout")?));
     cfg.transport_config(Arc::new(transport));
     Ok(cfg)
 }

@@ -121,7 +121,7 @@ async fn measure(args: HandshakeArgs) -> anyhow::Result<()> {
         if !resume {
             tls.resumption = quinn::rustls::client::Resumption::disabled();
         }
-        edge_node::tls::quic_client_config(tls, keep_alive)
+        edge_node::tls::quic_client_config(tls, edge_node::tls::QuicTimers { keep_alive, idle_timeout: edge_node::tls::DEFAULT_IDLE_TIMEOUT })
     };
     let mut mtls_clients = Vec::new();
     for d in 0..concurrency {
