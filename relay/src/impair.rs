@@ -12,6 +12,7 @@
 //! scheduled for its own release instant, so jitter larger than the packet spacing reorders,
 //! unless `keep_order`. A duplicate is scheduled with a delay of its own. A packet whose release
 //! instant falls in a blackout is dropped then too, so nothing is delivered during one.
+#![cfg_attr(not(test), deny(clippy::disallowed_methods))]
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;

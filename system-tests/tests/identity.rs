@@ -114,7 +114,7 @@ fn refusal(conn: Option<&quinn::Connection>, e: impl std::fmt::Display) -> Refus
 
 /// Connect with `identity` (none: no client certificate), say `Hello` claiming `claimed`.
 async fn connect(addr: SocketAddr, server_cert: &Path, identity: Option<&ClientIdentity>, claimed: &str) -> Result<quinn::Connection, Refusal> {
-    let client = edge_node::tls::client_config_with_identity(Some(server_cert), false, Duration::from_secs(1), identity).unwrap();
+    let client = edge_node::tls::client_config_with_identity(Some(server_cert), false, edge_node::tls::QuicTimers { keep_alive: Duration::from_secs(1), idle_timeout: edge_node::tls::DEFAULT_IDLE_TIMEOUT }, identity).unwrap();
     let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
     endpoint.set_default_client_config(client);
     let conn = match endpoint.connect(addr, "localhost").unwrap().await {

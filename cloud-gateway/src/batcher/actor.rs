@@ -305,7 +305,7 @@ impl Actor for Batcher {
                 state.schedule(&myself);
             }
             BatcherMsg::EndSession(key) => {
-                state.queue.end_session(&key);
+                state.queue.end_session(&key, Instant::now());
                 match state.backend.as_mut() {
                     Some(b) => {
                         state.ledger.remove(&key);

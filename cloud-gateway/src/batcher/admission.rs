@@ -34,6 +34,7 @@
 //! saturated (refusing work, not caught up since) for longer than a grace period, or while
 //! one batch has been running for too long (a stalled backend); ready again once it has
 //! caught up and batches complete.
+#![cfg_attr(not(test), deny(clippy::disallowed_methods))]
 
 use std::time::{Duration, Instant};
 

@@ -13,6 +13,7 @@
 //! Entries are written when work is admitted and released (through [`SessionClaim`], dropped
 //! with the escalation whichever way it ends) and when batches complete; a session's entry
 //! goes when it ends or expires, so the map is bounded by the session store's bounds.
+#![cfg_attr(not(test), deny(clippy::disallowed_methods))]
 
 use std::sync::Arc;
 

@@ -35,6 +35,7 @@
 //! its batch, then `batch` (with the batch size) and under it `backend` (the backend call),
 //! all under the escalation's `gateway.escalation` span. They end when the escalation is
 //! answered or dropped; with tracing off they are disabled and cost nothing.
+#![cfg_attr(not(test), deny(clippy::disallowed_methods))]
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -479,13 +480,12 @@ impl PendingQueue {
         self.warming.len()
     }
 
-    /// A session ended: answer its waiting escalations `SessionEnded`; returns how many.
-    pub fn end_session(&mut self, key: &SessionKey) -> usize {
+    /// A session ended at `now`: answer its waiting escalations `SessionEnded`; returns how many.
+    pub fn end_session(&mut self, key: &SessionKey, now: Instant) -> usize {
         self.warming.retain(|(r, _)| &r.session != key);
         let (ended, keep): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.pending).into_iter().partition(|e| e.session() == key);
         self.pending = keep;
         let n = ended.len();
-        let now = Instant::now();
         for esc in ended {
             self.left(&esc, now);
             esc.answer(Outcome::SessionEnded);
@@ -602,7 +602,7 @@ mod tests {
         assert_eq!(q.fair().map(FairShare::backlogged), Some(2));
         q.purge(t0 + Duration::from_millis(5));
         assert_eq!(q.fair().map(FairShare::backlogged), Some(1), "expired and cancelled work left");
-        q.end_session(&SessionKey { device: Arc::from("other"), session_id: 3 });
+        q.end_session(&SessionKey { device: Arc::from("other"), session_id: 3 }, t0 + Duration::from_millis(5));
         assert_eq!(q.fair().map(FairShare::backlogged), Some(0));
     }
 
@@ -697,7 +697,7 @@ mod tests {
         for e in [a, b, c] {
             q.push(e.with_admission(Admission::try_take(&in_flight, 8).unwrap()));
         }
-        assert_eq!(q.end_session(&key(1)), 2);
+        assert_eq!(q.end_session(&key(1), t0), 2);
         assert_eq!(a_rx.try_recv(), Ok(Outcome::SessionEnded));
         assert_eq!(c_rx.try_recv(), Ok(Outcome::SessionEnded));
         assert_eq!(b_rx.try_recv(), Err(TryRecvError::Empty));
@@ -820,7 +820,7 @@ mod tests {
         q.warm(refused.request.clone(), 10);
         q.warm(refused.request.clone(), 20);
         assert_eq!(q.warming(), 1);
-        q.end_session(&key(1));
+        q.end_session(&key(1), t0);
         assert_eq!(q.warming(), 0);
         for s in 0..(MAX_WARMING as u64 + 5) {
             let (e, _) = esc(100 + s, 40, t0, Duration::from_secs(1));

@@ -8,6 +8,7 @@
 //! lost connection, and when). Time is passed in (`now`), nothing here opens a socket or sleeps, so every
 //! fault the network can cause is a deterministic unit test; the QUIC code in `edge-node` and
 //! `cloud-gateway` only carries the bytes (quinn-proto's and neqo's split).
+#![cfg_attr(not(test), deny(clippy::disallowed_methods))]
 
 pub mod deadline;
 pub mod drain;

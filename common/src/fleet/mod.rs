@@ -19,6 +19,7 @@
 //!
 //! The frames that carry them (`BundleReport`, `BundleOffer`, `FetchBundle`, `BundleChunk`)
 //! are protocol v4 ([`crate::protocol::understands_bundles`]).
+#![cfg_attr(not(test), deny(clippy::disallowed_methods))]
 
 pub mod bundle;
 pub mod device;

@@ -62,6 +62,7 @@
 //!
 //! Pure: inputs passed in, no clock, no I/O, fixed-size state (`Copy`), so it travels in
 //! [`super::DecodeParams`] and comes back in [`super::DecodeStats`]; deterministic.
+#![cfg_attr(not(test), deny(clippy::disallowed_methods))]
 
 use serde::Serialize;
 
