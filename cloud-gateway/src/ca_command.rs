@@ -4,11 +4,12 @@
 //! a separate tool) because they share its code for what a device id and a deny list are, so
 //! what `ca` writes is exactly what the gateway accepts.
 //!
-//! `cloud-gateway fleet init-ca|issue|revoke`, the command's old name, still runs it (with a
-//! warning) for one release; `fleet` itself is now the router rollout's command group
-//! ([`crate::fleet_command`]). `signing-key` makes the key that signs router bundles: an
-//! Ed25519 key of its own, not the CA's, so that issuing identities and deciding what devices
-//! run are separate trusts.
+//! `fleet` is the router rollout's command group ([`crate::fleet_command`]), dispatched on its
+//! own; `cloud-gateway fleet init-ca|issue|revoke`, this command's old name, is passed on here
+//! (with a warning) for one release. Its environment variables are `DUET_CA_*` for the same
+//! reason: `DUET_FLEET_*`, their old names, are no longer read (a warning names any that is
+//! set). `signing-key` makes the key that signs router bundles: an Ed25519 key of its own, not
+//! the CA's, so that issuing identities and deciding what devices run are separate trusts.
 //!
 //! None of them needs a running gateway; `revoke` edits the deny-list file a running gateway
 //! watches (`--revoked-file`), which takes effect at its next poll.
@@ -29,8 +30,21 @@ struct CaArgs {
     command: CaCommand,
 }
 
-/// The command's name, and the old one it answers to for a release.
-pub const NAMES: [&str; 2] = ["ca", "fleet"];
+/// The command's name (`cloud-gateway ca ...`).
+pub const NAME: &str = "ca";
+
+/// The environment variables the subcommands read under their old `DUET_FLEET_*` names, with
+/// their new ones: a set old one is warned about, never read.
+const RENAMED_ENV: [(&str, &str); 8] = [
+    ("DUET_FLEET_CA_DIR", "DUET_CA_DIR"),
+    ("DUET_FLEET_CA_NAME", "DUET_CA_NAME"),
+    ("DUET_FLEET_CA_DAYS", "DUET_CA_VALID_DAYS"),
+    ("DUET_FLEET_DEVICE", "DUET_CA_DEVICE"),
+    ("DUET_FLEET_DAYS", "DUET_CA_DEVICE_DAYS"),
+    ("DUET_FLEET_OUT", "DUET_CA_OUT"),
+    ("DUET_FLEET_CRL", "DUET_CA_CRL"),
+    ("DUET_FLEET_REVOKE_REASON", "DUET_CA_REVOKE_REASON"),
+];
 
 #[derive(Debug, Subcommand)]
 enum CaCommand {
@@ -38,13 +52,13 @@ enum CaCommand {
     /// ca-cert.pem as --client-ca; keep ca-key.pem off the gateway.
     InitCa {
         /// Directory for the CA.
-        #[arg(long, env = "DUET_FLEET_CA_DIR")]
+        #[arg(long, env = "DUET_CA_DIR")]
         dir: PathBuf,
         /// The CA's name (its certificate's common name).
-        #[arg(long, env = "DUET_FLEET_CA_NAME", default_value = "Duet fleet CA")]
+        #[arg(long, env = "DUET_CA_NAME", default_value = "Duet fleet CA")]
         name: String,
         /// How long the CA is valid, days.
-        #[arg(long, env = "DUET_FLEET_CA_DAYS", default_value_t = 3650)]
+        #[arg(long, env = "DUET_CA_VALID_DAYS", default_value_t = 3650)]
         days: u32,
     },
     /// Issue a device its certificate and key (device-cert.pem, device-key.pem in --out): the
@@ -52,16 +66,16 @@ enum CaCommand {
     /// edge-node's --client-cert and --client-key.
     Issue {
         /// The fleet CA's directory.
-        #[arg(long, env = "DUET_FLEET_CA_DIR")]
+        #[arg(long, env = "DUET_CA_DIR")]
         ca_dir: PathBuf,
         /// The device id (1..=128 bytes, no control characters).
-        #[arg(long, env = "DUET_FLEET_DEVICE")]
+        #[arg(long, env = "DUET_CA_DEVICE")]
         device: String,
         /// How long the certificate is valid, days.
-        #[arg(long, env = "DUET_FLEET_DAYS", default_value_t = 365)]
+        #[arg(long, env = "DUET_CA_DEVICE_DAYS", default_value_t = 365)]
         days: u32,
         /// Directory to write the certificate and key into (must not hold an enrolment yet).
-        #[arg(long, env = "DUET_FLEET_OUT")]
+        #[arg(long, env = "DUET_CA_OUT")]
         out: PathBuf,
     },
     /// Create the secret per-device tokens are issued from (hex, mode 0600) at --out. Give the
@@ -78,7 +92,7 @@ enum CaCommand {
         #[arg(long, env = "DUET_DEVICE_TOKEN_SECRET")]
         secret: PathBuf,
         /// The device id (1..=128 bytes, no control characters).
-        #[arg(long, env = "DUET_FLEET_DEVICE")]
+        #[arg(long, env = "DUET_CA_DEVICE")]
         device: String,
     },
     /// Create the Ed25519 key that signs router bundles (bundle-signing.key, mode 0600, and
@@ -99,30 +113,25 @@ enum CaCommand {
         #[arg(long, env = "DUET_REVOKED_FILE")]
         revoked_file: Option<PathBuf>,
         /// The CRL to add to (the gateway's --client-crl); created if missing, signed again.
-        #[arg(long, env = "DUET_FLEET_CRL", requires = "ca_dir")]
+        #[arg(long, env = "DUET_CA_CRL", requires = "ca_dir")]
         crl: Option<PathBuf>,
         /// The fleet CA's directory, to sign the CRL (with --crl).
-        #[arg(long, env = "DUET_FLEET_CA_DIR")]
+        #[arg(long, env = "DUET_CA_DIR")]
         ca_dir: Option<PathBuf>,
         /// A device id, or serial:HEX for one certificate.
         entry: String,
         /// Why, for the file's comment.
-        #[arg(long, env = "DUET_FLEET_REVOKE_REASON", default_value = "revoked")]
+        #[arg(long, env = "DUET_CA_REVOKE_REASON", default_value = "revoked")]
         reason: String,
     },
 }
 
-/// Run `cloud-gateway ca` with `argv` (its first element is `ca`, or the old name `fleet`,
-/// which is warned about).
+/// Run `cloud-gateway ca` with `argv` (its first element is the command's name).
 pub fn run(argv: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
-    // `fleet bundle|publish|status` (and `fleet --help`) are the rollout commands; other
-    // words after `fleet` are the CA commands' old name.
-    let fleet_group = argv.get(1).is_none_or(|a| crate::fleet_command::SUBCOMMANDS.iter().any(|s| a == s));
-    if argv.first().is_some_and(|a| a == "fleet") && fleet_group {
-        return crate::fleet_command::run(argv);
-    }
-    if argv.first().is_some_and(|a| a == "fleet") {
-        eprintln!("warning: `cloud-gateway fleet` is now `cloud-gateway ca`; the old name goes in the next release");
+    for (old, new) in RENAMED_ENV {
+        if std::env::var_os(old).is_some() {
+            eprintln!("warning: {old} is no longer read by `cloud-gateway ca`; set {new}");
+        }
     }
     let args = CaArgs::parse_from(argv);
     if common::config_file::parse_only() {
@@ -256,14 +265,5 @@ mod tests {
         let d2 = log.lines().find(|l| l.contains("\tdevice-2\t")).unwrap().split('\t').next().unwrap().to_string();
         ca_cmd(&["revoke", "--crl", &s(&crl), "--ca-dir", &s(&ca), &format!("serial:{d2}")]).unwrap();
         assert_eq!(crate::identity::crl::CrlSet::load(std::slice::from_ref(&crl)).unwrap().serials.len(), 3);
-    }
-
-    #[test]
-    fn the_old_name_fleet_still_runs_the_ca_commands() {
-        let dir = tempfile::tempdir().unwrap();
-        let revoked = dir.path().join("revoked.txt");
-        let argv = ["fleet", "revoke", "--revoked-file", revoked.to_str().unwrap(), "device-3"];
-        run(argv.iter().map(Into::into).collect()).unwrap();
-        assert!(DenyList::load(&revoked).unwrap().denies("device-3", None));
     }
 }

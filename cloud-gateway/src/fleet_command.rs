@@ -8,14 +8,16 @@
 //! - `fleet status`: what the store rolls out.
 //!
 //! None needs a running gateway: gateways pick up the store's change at their next poll.
-//! `cloud-gateway fleet init-ca|issue|revoke`, the CA commands' old names, still run them
-//! (with a warning) for one release.
+//! `cloud-gateway fleet init-ca|issue|revoke` (any word after `fleet` that is not one of its
+//! own) is the CA commands' old spelling: passed on to [`crate::ca_command`] with a warning,
+//! for one release.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use common::fleet::{Bundle, BundleManifest, DeviceSettings, Sha256Digest};
+use common::router_header::RouterHeader;
 
 use crate::fleet::store;
 
@@ -27,8 +29,12 @@ struct FleetArgs {
     command: FleetCommand,
 }
 
-/// The subcommands of `fleet` (anything else after `fleet` is a CA command's old name).
-pub const SUBCOMMANDS: [&str; 5] = ["bundle", "publish", "status", "help", "--help"];
+/// The command's name (`cloud-gateway fleet ...`).
+pub const NAME: &str = "fleet";
+
+/// The words `fleet` answers itself after its name (anything else is a CA command's old
+/// spelling).
+const SUBCOMMANDS: [&str; 6] = ["bundle", "publish", "status", "help", "--help", "-h"];
 
 #[derive(Debug, Subcommand)]
 enum FleetCommand {
@@ -93,29 +99,23 @@ enum FleetCommand {
 }
 
 /// The SLM id and tokenizer fingerprint a router file says it was trained for: read from its
-/// safetensors header's `duet_router` metadata, without loading the weights.
+/// safetensors header's `duet_router` metadata ([`RouterHeader`]), without loading the weights.
 pub fn router_file_target(path: &Path) -> anyhow::Result<(String, String)> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut len = [0u8; 8];
-    f.read_exact(&mut len).with_context(|| format!("{} is not a safetensors file", path.display()))?;
-    let len = u64::from_le_bytes(len);
-    anyhow::ensure!(len <= 1 << 20, "{}: a safetensors header of {len} bytes", path.display());
-    let mut header = vec![0u8; len as usize];
-    f.read_exact(&mut header).with_context(|| format!("{}: truncated header", path.display()))?;
-    let header: serde_json::Value = serde_json::from_slice(&header).with_context(|| format!("{}: header", path.display()))?;
-    let meta = header["__metadata__"]["duet_router"].as_str().with_context(|| format!("{} is not a Duet router file (no duet_router metadata)", path.display()))?;
-    let meta: serde_json::Value = serde_json::from_str(meta).with_context(|| format!("{}: duet_router metadata", path.display()))?;
-    let field = |k: &str| meta[k].as_str().map(str::to_string).with_context(|| format!("{}: no `{k}` in its metadata", path.display()));
-    Ok((field("slm_id")?, field("tokenizer_fingerprint")?))
+    let header = RouterHeader::from_file(path).with_context(|| format!("router file {}", path.display()))?;
+    Ok((header.slm_id, header.tokenizer_fingerprint))
 }
 
 fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// Run `cloud-gateway fleet` with `argv` (its first element is `fleet`).
+/// Run `cloud-gateway fleet` with `argv` (its first element is the command's name).
 pub fn run(argv: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
+    if argv.get(1).is_some_and(|a| !SUBCOMMANDS.iter().any(|s| a == s)) {
+        eprintln!("warning: `cloud-gateway fleet {}` is now `cloud-gateway ca {}`; the old spelling goes in the next release", argv[1].to_string_lossy(), argv[1].to_string_lossy());
+        let ca = std::iter::once(crate::ca_command::NAME.into()).chain(argv.into_iter().skip(1)).collect();
+        return crate::ca_command::run(ca);
+    }
     let args = FleetArgs::parse_from(argv);
     if common::config_file::parse_only() {
         return Ok(());
@@ -199,8 +199,23 @@ pub(crate) mod tests {
         MlpRouterModel::new(meta, weights).unwrap().save(path).unwrap();
     }
 
+    /// `cloud-gateway ARGS...` for the two admin commands, dispatched as `main` does.
     fn cmd(args: &[&str]) -> anyhow::Result<()> {
-        crate::ca_command::run(args.iter().map(Into::into).collect())
+        let argv = args.iter().map(Into::into).collect();
+        match args[0] {
+            NAME => run(argv),
+            _ => crate::ca_command::run(argv),
+        }
+    }
+
+    #[test]
+    fn a_router_file_with_a_bad_header_is_refused_by_bundle() {
+        let dir = tempfile::tempdir().unwrap();
+        let router = dir.path().join("r.safetensors");
+        std::fs::write(&router, b"not a router").unwrap();
+        let e = router_file_target(&router).unwrap_err();
+        assert!(format!("{e:#}").contains("not a safetensors file"), "{e:#}");
+        assert!(router_file_target(&dir.path().join("missing")).is_err());
     }
 
     #[test]
@@ -233,9 +248,14 @@ pub(crate) mod tests {
         cmd(&["fleet", "publish", &s(&b1), "--bundle-store", &s(&store)]).unwrap();
         let (snapshot, _) = load_snapshot(&store, &read_rollout_bytes(&store).unwrap().unwrap()).unwrap();
         assert!((0..100).all(|i| snapshot.assign("slm-x", &format!("d{i}")).map(|b| b.version) == Some("v1".into())));
-        // The CA commands still answer to `fleet`.
+    }
+
+    #[test]
+    fn the_old_spelling_fleet_still_runs_the_ca_commands() {
+        let dir = tempfile::tempdir().unwrap();
         let revoked = dir.path().join("revoked.txt");
-        cmd(&["fleet", "revoke", "--revoked-file", &s(&revoked), "device-3"]).unwrap();
+        cmd(&["fleet", "revoke", "--revoked-file", revoked.to_str().unwrap(), "device-3"]).unwrap();
+        assert!(crate::identity::revoked::DenyList::load(&revoked).unwrap().denies("device-3", None));
     }
 
     #[test]

@@ -1,7 +1,6 @@
 //! `cloud-gateway`: QUIC server that answers escalations from many devices with an LLM
-//! (embedded and batched, or external engines); and
-//! `cloud-gateway ca ...`, the admin commands for device identity (`fleet`, its old name, for
-//! one release).
+//! (embedded and batched, or external engines); `cloud-gateway ca ...`, the admin commands for
+//! device identity; and `cloud-gateway fleet ...`, the router rollout's commands.
 
 use std::time::Duration;
 
@@ -12,9 +11,12 @@ use cloud_gateway::Gateway;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if argv.get(1).is_some_and(|a| cloud_gateway::ca_command::NAMES.iter().any(|n| a == n)) {
-        // Admin commands (fleet CA, device certificates, revocation): no gateway is started.
+    // The admin commands: no gateway is started.
+    if argv.get(1).is_some_and(|a| a == cloud_gateway::ca_command::NAME) {
         return cloud_gateway::ca_command::run(argv[1..].to_vec());
+    }
+    if argv.get(1).is_some_and(|a| a == cloud_gateway::fleet_command::NAME) {
+        return cloud_gateway::fleet_command::run(argv[1..].to_vec());
     }
     let args = GatewayArgs::from_argv(argv)?;
     if common::config_file::parse_only() {

@@ -5,7 +5,8 @@
 //! logging and trace set-up every binary shares ([`telemetry`]; with the `otlp` feature, the
 //! OTLP exporter and [`trace`], between spans and the trace context an escalation carries),
 //! the `--config FILE` both binaries read ([`config_file`]), what a device id may be
-//! ([`device_id`]), and router bundles with their rollout rules ([`fleet`]). The ONNX model runtime is the `model-runtime` crate;
+//! ([`device_id`]), router bundles with their rollout rules ([`fleet`]), and what a router file says it was
+//! trained for ([`router_header`]). The ONNX model runtime is the `model-runtime` crate;
 //! docs/ARCHITECTURE.md shows where each piece sits on the data path.
 
 pub mod config_file;
@@ -16,6 +17,7 @@ mod exp_sums;
 pub mod fingerprint;
 pub mod fleet;
 pub mod protocol;
+pub mod router_header;
 pub mod sampling;
 pub mod stats;
 pub mod telemetry;

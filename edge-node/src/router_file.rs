@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use common::router_header::RouterHeader;
 use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
 use serde::{Deserialize, Serialize};
@@ -24,8 +25,9 @@ pub const FEATURE_SPEC: &str = "duet-features/v1: hidden_state[hidden_size] ++ [
 /// The largest f32 below 1: tau for any target rate below 100 %.
 const BELOW_ONE: f32 = 1.0 - f32::EPSILON / 2.0;
 
-/// Metadata key under which the JSON metadata is stored.
-const META_KEY: &str = "duet_router";
+/// Metadata key under which the JSON metadata is stored (its header is read by
+/// [`common::router_header`], which the gateway's `fleet bundle` reads it with too).
+const META_KEY: &str = common::router_header::META_KEY;
 
 /// Why a router file could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -222,13 +224,8 @@ impl MlpRouterModel {
     /// router built into the binary).
     pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Self, RouterFileError> {
         let fmt = |message: String| RouterFileError::Format { path: path.to_path_buf(), message };
-        let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| fmt(e.to_string()))?;
-        let json = header
-            .metadata()
-            .as_ref()
-            .and_then(|m| m.get(META_KEY))
-            .ok_or_else(|| fmt(format!("no `{META_KEY}` metadata (not a Duet router file)")))?;
-        let meta: RouterMeta = serde_json::from_str(json).map_err(|e| fmt(format!("metadata: {e}")))?;
+        let header = RouterHeader::from_bytes(bytes).map_err(|e| fmt(e.to_string()))?;
+        let meta: RouterMeta = serde_json::from_str(&header.meta_json).map_err(|e| fmt(format!("metadata: {e}")))?;
         if meta.format != FORMAT_VERSION {
             return Err(fmt(format!("format version {} (this build reads {FORMAT_VERSION})", meta.format)));
         }
