@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
-use cloud_gateway::engine::{EngineSpec, PromptChoice};
+use engine_client::{EngineSpec, PromptChoice};
 use model_runtime::chat::render_user;
 use model_runtime::model_files::{ModelFiles, DEFAULT_LLM};
 use model_runtime::tokenizer::Tokenizer;

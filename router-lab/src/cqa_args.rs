@@ -4,7 +4,7 @@
 
 use anyhow::bail;
 use clap::Args;
-use cloud_gateway::engine::EngineSpec;
+use engine_client::EngineSpec;
 use model_runtime::model_files::{ModelFiles, DEFAULT_LLM, DEFAULT_SLM};
 use model_runtime::tokenizer::Tokenizer;
 use model_runtime::{CausalLm, LmOptions};

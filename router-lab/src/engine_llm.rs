@@ -2,9 +2,11 @@
 //! lab's teacher ([`crate::teacher::Teacher`]) and as the evaluation's cloud
 //! ([`EngineCloud`], an `edge_node::decode::Cloud`).
 //!
-//! It goes through the gateway's engine module: the same dialects, HTTP client and start-up
-//! checks (healthy, and the devices' vocabulary, so its token ids mean what the SLM's do), so a
-//! label or an evaluated answer asks the engine exactly what a served escalation asks.
+//! It goes through the engine client the gateway's pool uses (`engine_client`): the same
+//! dialects, HTTP client and start-up checks (healthy, and the devices' vocabulary, so its
+//! token ids mean what the SLM's do), so a label or an evaluated answer asks the engine exactly
+//! what a served escalation asks. The labels' prompt choices are that crate's lab-only
+//! extension ([`engine_client::prompt_choices`]).
 //!
 //! The client lives on a runtime of its own with one worker thread: the lab's loops are
 //! synchronous or run on short-lived single-threaded runtimes, and the HTTP connections the
@@ -15,9 +17,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use cloud_gateway::engine::client::EngineClient;
-use cloud_gateway::engine::connect::{connect_single, expected_vocabulary};
-use cloud_gateway::engine::{EngineError, EngineSpec, NextTokenRequest, PromptChoice, PromptChoicesRequest};
+use engine_client::connect::{connect_single, expected_vocabulary};
+use engine_client::prompt_choices::ChoicesClient;
+use engine_client::{EngineError, EngineSpec, NextTokenRequest, PromptChoice, PromptChoicesRequest};
 use edge_node::decode::{Cloud, CloudAnswer};
 
 use crate::teacher::{Teacher, TeacherRow};
@@ -32,7 +34,7 @@ const SLOT: u32 = 0;
 
 /// An engine serving the LLM, checked against the devices' tokenizer.
 pub struct EngineLlm {
-    client: EngineClient,
+    client: ChoicesClient,
     id: String,
     vocab_size: usize,
     rt: tokio::runtime::Runtime,
@@ -61,7 +63,7 @@ impl EngineLlm {
         let call = async move {
             let sampling = Default::default();
             let request = NextTokenRequest { context: &context, sampling: &sampling, seed: None, max_new_tokens: 1, top_logprobs: 0, slot: Some(SLOT) };
-            let id = client.next_token(&request, CALL_TIMEOUT).await?.tokens[0].id;
+            let id = client.client().next_token(&request, CALL_TIMEOUT).await?.tokens[0].id;
             if id as usize >= vocab_size {
                 return Err(EngineError::TokenOutOfVocabulary { id, vocab_size });
             }

@@ -7,7 +7,7 @@
 //! Pure: the models' choices come in as [`PromptChoice`]s (computed by teacher forcing, one
 //! step per position), so the rule is tested without a model.
 
-use cloud_gateway::engine::PromptChoice;
+use engine_client::PromptChoice;
 use serde::Serialize;
 
 use crate::served_tokens::ServedTokens;
@@ -166,7 +166,7 @@ impl Totals {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cloud_gateway::engine::EngineToken;
+    use engine_client::EngineToken;
 
     fn choice(best: u32, second: u32, margin: f32) -> PromptChoice {
         PromptChoice { best: EngineToken { id: best, logprob: Some(-0.5) }, runner_up: Some(EngineToken { id: second, logprob: Some(-0.5 - margin) }) }

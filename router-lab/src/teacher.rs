@@ -13,7 +13,7 @@
 //! costs less than one step per row.
 
 use anyhow::Context;
-use cloud_gateway::engine::{EngineToken, PromptChoice};
+use engine_client::{EngineToken, PromptChoice};
 use common::sampling::argmax;
 use model_runtime::{CausalLm, KvCache, StepOutput};
 

@@ -1,48 +1,23 @@
-//! Start-up of an engine pool: find the devices' tokenizer, speak to every worker in its
-//! dialect, refuse any worker that serves another vocabulary, serve as soon as one worker has
-//! passed (the rest join as they pass, [`super::discovery`]), and measure a first service time.
+//! Start-up of an engine pool: speak to every worker in its dialect and refuse any worker that
+//! serves another vocabulary (each worker: `engine_client::connect`), serve as soon as one
+//! worker has passed (the rest join as they pass, [`super::discovery`]), and measure a first
+//! service time.
 
-use std::net::IpAddr;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
-use model_runtime::model_files::duet_home;
-use model_runtime::tokenizer::Tokenizer;
+pub use engine_client::connect::{expected_vocabulary, tokenizer_path};
 
-use super::client::EngineClient;
 use super::discovery::{Discovery, Resolve, SystemResolver};
-use super::llamacpp::LlamaCppDialect;
 use super::pool::admission::DEFAULT_START;
 use super::pool::{EnginePool, PoolConfig};
-use super::sglang::SglangDialect;
-use super::verify::{verify_engine, ExpectedVocabulary, PROBE_TEXT};
-use super::vllm::{VllmApi, VllmDialect, OPENAPI_PATH};
-use super::{Dialect, EngineKind, EngineModel, EngineSpec, HttpCall, NextTokenRequest};
+use super::verify::ExpectedVocabulary;
+use super::NextTokenRequest;
 use crate::dispatch::admission::CostModel;
 use crate::dispatch::ModelFacts;
 
 /// Context length assumed for engines that do not report theirs.
 pub const DEFAULT_ENGINE_CONTEXT: usize = 4096;
-
-/// Where the devices' tokenizer is: a `tokenizer.json`, a directory holding one, or a prepared
-/// model id under `$DUET_HOME/models`.
-pub fn tokenizer_path(spec: &str) -> PathBuf {
-    let p = Path::new(spec);
-    if p.is_file() {
-        return p.to_path_buf();
-    }
-    let dir = if p.is_dir() || spec.contains('/') { p.to_path_buf() } else { duet_home().join("models").join(spec) };
-    dir.join("tokenizer.json")
-}
-
-/// What engines are checked against, from the devices' tokenizer file.
-pub fn expected_vocabulary(tokenizer_json: &Path) -> anyhow::Result<ExpectedVocabulary> {
-    let tokenizer = Tokenizer::load(tokenizer_json, None).with_context(|| format!("loading the devices' tokenizer {} (prepare the model, or pass --engine-tokenizer)", tokenizer_json.display()))?;
-    let probe_ids = tokenizer.encode(PROBE_TEXT)?;
-    Ok(ExpectedVocabulary { fingerprint: tokenizer.fingerprint().to_string(), vocab_size: tokenizer.vocab_size(), probe_ids })
-}
 
 /// Connect to the engines of `config` through the system resolver: see [`connect_with`].
 pub async fn connect(config: PoolConfig, expected: &ExpectedVocabulary, wait: Duration) -> anyhow::Result<(EnginePool, ModelFacts)> {
@@ -71,45 +46,6 @@ pub async fn connect_with(config: PoolConfig, expected: &ExpectedVocabulary, wai
     let task = tokio::spawn(discovery.run(Arc::downgrade(pool.members()), facts.clone()));
     pool.attach_discovery(task.abort_handle());
     Ok((pool, facts))
-}
-
-/// One engine at `spec`'s URL, outside any pool (the router lab's teacher): the same dialect
-/// choice and start-up checks a gateway's worker passes (healthy within `wait`, the devices'
-/// vocabulary), without discovery.
-pub async fn connect_single(spec: &EngineSpec, expected: &ExpectedVocabulary, wait: Duration) -> anyhow::Result<(EngineClient, EngineModel)> {
-    if spec.discover {
-        anyhow::bail!("engine {spec}: one worker is needed here, not dns+ discovery");
-    }
-    connect_one(spec, None, expected, wait).await
-}
-
-/// One worker (`pin`: the address of a discovered one): the right dialect (vLLM's depends on
-/// what the server offers), then the checks.
-pub(crate) async fn connect_one(spec: &EngineSpec, pin: Option<IpAddr>, expected: &ExpectedVocabulary, wait: Duration) -> anyhow::Result<(EngineClient, EngineModel)> {
-    let dialect: Arc<dyn Dialect> = match spec.kind {
-        EngineKind::LlamaCpp => Arc::new(LlamaCppDialect),
-        EngineKind::Sglang => Arc::new(SglangDialect::new()),
-        EngineKind::Vllm => Arc::new(VllmDialect::new(VllmApi::Completions)),
-    };
-    let client = client_for(spec, pin, dialect)?;
-    let model = verify_engine(&client, expected, wait).await?;
-    if spec.kind != EngineKind::Vllm {
-        return Ok((client, model));
-    }
-    // vLLM: name the served model in requests, and use token-in/token-out where offered.
-    let api = match client.call(&HttpCall::get(OPENAPI_PATH), Duration::from_secs(10)).await {
-        Ok(body) => serde_json::from_slice(&body).map(|doc| VllmApi::from_openapi(&doc)).unwrap_or(VllmApi::Completions),
-        Err(_) => VllmApi::Completions,
-    };
-    let dialect = Arc::new(VllmDialect::new(api).with_model(&model.id));
-    Ok((client_for(spec, pin, dialect)?, model))
-}
-
-fn client_for(spec: &EngineSpec, pin: Option<IpAddr>, dialect: Arc<dyn Dialect>) -> Result<EngineClient, super::EngineError> {
-    match pin {
-        Some(ip) => EngineClient::pinned(spec, ip, dialect),
-        None => EngineClient::new(spec, dialect),
-    }
 }
 
 /// A one-token request on the first worker, for the service time devices are first told;

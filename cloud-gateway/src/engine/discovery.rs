@@ -28,10 +28,10 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use engine_client::connect::connect_worker;
 use tokio::task::{AbortHandle, JoinSet};
 
 use super::client::{pinned_label, EngineClient};
-use super::connect::connect_one;
 use super::pool::membership::{after_lookup, Action, Membership};
 use super::pool::WorkerSet;
 use super::verify::ExpectedVocabulary;
@@ -182,7 +182,7 @@ impl Discovery {
         let key = label.clone();
         tracing::info!(worker = %label, engine = %target.spec, "checking engine worker");
         let task = self.checks.spawn(async move {
-            let result = connect_one(&target.spec, target.pin, &expected, wait).await.map_err(|e| format!("{e:#}"));
+            let result = connect_worker(&target.spec, target.pin, &expected, wait).await.map_err(|e| format!("{e:#}"));
             (key, result)
         });
         if let Some(old) = self.running.insert(label, task) {

@@ -53,7 +53,7 @@ use self::health::{HealthConfig, HealthTracker};
 use self::pick::{choose, rendezvous_order, Candidate, PickPolicy};
 use self::share::{Refused, WorkShare};
 use super::client::EngineClient;
-use super::{DraftCheckRequest, EngineError, EngineReply, EngineSpec, NextTokenRequest};
+use super::{DraftCheckRequest, EngineError, EngineReply, EngineSpec, NextTokenRequest, Verdict};
 use crate::dispatch::admission::{retry_after_ms, CostModel};
 use crate::dispatch::{Busy, BusyReason, LlmRequest, LlmToken};
 use crate::sessions::SessionKey;

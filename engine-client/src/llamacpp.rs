@@ -53,7 +53,8 @@ use common::sampling::SamplingParams;
 
 use serde_json::{json, Value};
 
-use super::{first_listed_model, parse_json, token_id, Dialect, DraftCheckRequest, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest, PromptChoice, PromptChoicesRequest};
+use crate::prompt_choices::PromptChoicesDialect;
+use crate::{first_listed_model, parse_json, token_id, Dialect, DraftCheckRequest, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest, PromptChoice, PromptChoicesRequest};
 
 /// The `llama-server` dialect.
 #[derive(Debug, Clone, Copy, Default)]
@@ -152,6 +153,25 @@ impl Dialect for LlamaCppDialect {
         v.get("tokens").and_then(Value::as_array).ok_or_else(|| missing("tokens"))?.iter().map(token_id).collect()
     }
 
+    /// The greedy continuation of the context, as long as the draft plus one (see the module
+    /// doc for what it costs).
+    fn draft_check_call(&self, r: &DraftCheckRequest<'_>) -> HttpCall {
+        let greedy = SamplingParams::default();
+        let n = u32::try_from(r.draft.len()).unwrap_or(u32::MAX - 1) + 1;
+        self.next_token_call(&NextTokenRequest { context: r.context, sampling: &greedy, seed: None, max_new_tokens: n, top_logprobs: 1, slot: r.slot })
+    }
+
+    /// Its tokens in order are the LLM's choices: each given the context and the tokens before
+    /// it, which are the draft's for as long as they agree with it (all the rule reads).
+    fn parse_draft_check(&self, r: &DraftCheckRequest<'_>, body: &[u8]) -> Result<EngineReply, EngineError> {
+        let mut reply = self.parse_next_token(body)?;
+        reply.tokens.truncate(r.draft.len() + 1);
+        Ok(reply)
+    }
+}
+
+/// The router lab's teacher ([`PromptChoicesDialect`]), on the same parsers as the draft check.
+impl PromptChoicesDialect for LlamaCppDialect {
     fn prompt_choices_calls(&self, r: &PromptChoicesRequest<'_>) -> Vec<HttpCall> {
         let greedy = SamplingParams::default();
         let mut calls: Vec<HttpCall> = r
@@ -170,22 +190,6 @@ impl Dialect for LlamaCppDialect {
             return Err(EngineError::BadResponse(format!("{} /completion answers for {} positions", bodies.len(), r.positions().len())));
         }
         bodies.iter().map(|body| self.parse_choice(body, r.runner_up)).collect()
-    }
-
-    /// The greedy continuation of the context, as long as the draft plus one (see the module
-    /// doc for what it costs).
-    fn draft_check_call(&self, r: &DraftCheckRequest<'_>) -> HttpCall {
-        let greedy = SamplingParams::default();
-        let n = u32::try_from(r.draft.len()).unwrap_or(u32::MAX - 1) + 1;
-        self.next_token_call(&NextTokenRequest { context: r.context, sampling: &greedy, seed: None, max_new_tokens: n, top_logprobs: 1, slot: r.slot })
-    }
-
-    /// Its tokens in order are the LLM's choices: each given the context and the tokens before
-    /// it, which are the draft's for as long as they agree with it (all the rule reads).
-    fn parse_draft_check(&self, r: &DraftCheckRequest<'_>, body: &[u8]) -> Result<EngineReply, EngineError> {
-        let mut reply = self.parse_next_token(body)?;
-        reply.tokens.truncate(r.draft.len() + 1);
-        Ok(reply)
     }
 }
 
@@ -216,6 +220,7 @@ fn missing(field: &str) -> EngineError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::AcceptanceRule;
     use common::sampling::SamplingParams;
 
     fn request<'a>(context: &'a [u32], sampling: &'a SamplingParams) -> NextTokenRequest<'a> {
@@ -385,7 +390,7 @@ mod tests {
         assert!(matches!(LlamaCppDialect.parse_draft_check(&draft_request(&[1]), br#"{"tokens":[]}"#), Err(EngineError::BadResponse(_))));
     }
 
-    /// The fields this dialect reads, for [`crate::engine::testing::jsonish`].
+    /// The fields this dialect reads, for [`crate::testing::jsonish`].
     const FIELDS: &[&str] = &["tokens", "completion_probabilities", "id", "logprob", "tokens_evaluated", "timings", "cache_n", "prompt_n", "data", "meta", "n_vocab", "n_ctx"];
 
     proptest::proptest! {
@@ -397,7 +402,7 @@ mod tests {
         }
 
         #[test]
-        fn parsing_never_panics_on_json_and_never_returns_no_token(v in crate::engine::testing::jsonish(FIELDS)) {
+        fn parsing_never_panics_on_json_and_never_returns_no_token(v in crate::testing::jsonish(FIELDS)) {
             let bytes = serde_json::to_vec(&v).unwrap();
             if let Ok(reply) = LlamaCppDialect.parse_next_token(&bytes) {
                 proptest::prop_assert!(!reply.tokens.is_empty());

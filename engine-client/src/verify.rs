@@ -10,8 +10,8 @@
 
 use std::time::Duration;
 
-use super::client::EngineClient;
-use super::{EngineError, EngineModel};
+use crate::client::EngineClient;
+use crate::{EngineError, EngineModel};
 
 /// Text whose tokenization tells tokenizers apart: words, digits, code, accents, CJK and emoji
 /// (no special-token markers: engines differ in whether they parse those in text).

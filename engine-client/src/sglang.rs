@@ -52,7 +52,8 @@
 
 use serde_json::{json, Value};
 
-use super::{aligned_positions, parse_json, token_id, Dialect, DraftCheckRequest, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest, PromptChoice, PromptChoicesRequest};
+use crate::prompt_choices::PromptChoicesDialect;
+use crate::{aligned_positions, parse_json, token_id, Dialect, DraftCheckRequest, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest, PromptChoice, PromptChoicesRequest};
 
 /// Path of the next-token call.
 pub const GENERATE_PATH: &str = "/generate";
@@ -203,21 +204,6 @@ impl Dialect for SglangDialect {
         v.get("tokens").and_then(Value::as_array).ok_or_else(|| missing("tokens"))?.iter().map(token_id).collect()
     }
 
-    fn prompt_choices_calls(&self, r: &PromptChoicesRequest<'_>) -> Vec<HttpCall> {
-        if r.positions().is_empty() {
-            return Vec::new();
-        }
-        vec![self.prompt_logprobs_call(r.tokens, r.top_n(), 0)]
-    }
-
-    fn parse_prompt_choices(&self, r: &PromptChoicesRequest<'_>, bodies: &[Vec<u8>]) -> Result<Vec<PromptChoice>, EngineError> {
-        let positions = r.positions();
-        let [body] = bodies else {
-            return if positions.is_empty() { Ok(Vec::new()) } else { Err(bad(format!("expected one /generate answer, got {}", bodies.len()))) };
-        };
-        self.choices_in(r, body)
-    }
-
     /// From the token before the hard position: SGLang lists no choice at `logprob_start_len`
     /// itself (see the module doc), and caps its radix-cache match there.
     fn draft_check_call(&self, r: &DraftCheckRequest<'_>) -> HttpCall {
@@ -232,6 +218,24 @@ impl Dialect for SglangDialect {
         let bonus = *next.tokens.first().ok_or_else(|| missing("output_ids"))?;
         let tokens = choices.iter().map(|c| c.best).chain(std::iter::once(bonus)).collect();
         Ok(EngineReply { tokens, ..next })
+    }
+}
+
+/// The router lab's teacher ([`PromptChoicesDialect`]), on the same parsers as the draft check.
+impl PromptChoicesDialect for SglangDialect {
+    fn prompt_choices_calls(&self, r: &PromptChoicesRequest<'_>) -> Vec<HttpCall> {
+        if r.positions().is_empty() {
+            return Vec::new();
+        }
+        vec![self.prompt_logprobs_call(r.tokens, r.top_n(), 0)]
+    }
+
+    fn parse_prompt_choices(&self, r: &PromptChoicesRequest<'_>, bodies: &[Vec<u8>]) -> Result<Vec<PromptChoice>, EngineError> {
+        let positions = r.positions();
+        let [body] = bodies else {
+            return if positions.is_empty() { Ok(Vec::new()) } else { Err(bad(format!("expected one /generate answer, got {}", bodies.len()))) };
+        };
+        self.choices_in(r, body)
     }
 }
 
@@ -320,6 +324,7 @@ fn clip(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::AcceptanceRule;
     use common::sampling::SamplingParams;
     use proptest::prelude::*;
 
@@ -694,7 +699,7 @@ mod tests {
         }
     }
 
-    /// The fields this dialect reads, for [`crate::engine::testing::jsonish`].
+    /// The fields this dialect reads, for [`crate::testing::jsonish`].
     const FIELDS: &[&str] = &["output_ids", "meta_info", "output_token_logprobs", "input_top_logprobs", "completion_tokens", "prompt_tokens", "cached_tokens", "finish_reason", "type", "message", "error"];
 
     proptest! {
@@ -706,7 +711,7 @@ mod tests {
         }
 
         #[test]
-        fn parsing_never_panics_on_json(v in crate::engine::testing::jsonish(FIELDS)) {
+        fn parsing_never_panics_on_json(v in crate::testing::jsonish(FIELDS)) {
             let bytes = serde_json::to_vec(&v).unwrap();
             if let Ok(reply) = SglangDialect::new().parse_next_token(&bytes) {
                 prop_assert!(!reply.tokens.is_empty());

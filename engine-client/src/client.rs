@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use super::{Dialect, DraftCheckRequest, EngineError, EngineModel, EngineReply, EngineSpec, HttpCall, NextTokenRequest, PromptChoice, PromptChoicesRequest};
+use crate::{Dialect, DraftCheckRequest, EngineError, EngineModel, EngineReply, EngineSpec, HttpCall, NextTokenRequest};
 
 /// Largest engine response read, bytes: a one-token answer is a few hundred bytes, so anything
 /// near this is a broken engine, not an answer.
@@ -75,7 +75,7 @@ impl EngineClient {
     }
 
     /// Check a greedy draft in one request, giving up after `timeout`: the LLM's choices from
-    /// the hard position on ([`Dialect::parse_draft_check`]), for [`EngineReply::verdict`]. Read
+    /// the hard position on ([`Dialect::parse_draft_check`]), for the acceptance rule. Read
     /// up to [`MAX_CHOICES_RESPONSE_BYTES`]: vLLM answers an entry per prompt token.
     pub async fn check_draft(&self, request: &DraftCheckRequest<'_>, timeout: Duration) -> Result<EngineReply, EngineError> {
         self.reply_to(&self.dialect.draft_check_call(request), timeout, MAX_CHOICES_RESPONSE_BYTES, |body| self.dialect.parse_draft_check(request, body)).await
@@ -101,21 +101,6 @@ impl EngineClient {
         Ok(reply)
     }
 
-    /// The LLM's choice at every position `request` asks for, each call of the dialect made in
-    /// order (llama-server: one per position, so the slot's cache grows by one token a call),
-    /// each within `timeout`.
-    pub async fn prompt_choices(&self, request: &PromptChoicesRequest<'_>, timeout: Duration) -> Result<Vec<PromptChoice>, EngineError> {
-        let mut bodies = Vec::new();
-        for call in self.dialect.prompt_choices_calls(request) {
-            bodies.push(self.call_limited(&call, timeout, None, MAX_CHOICES_RESPONSE_BYTES).await?);
-        }
-        let choices = self.dialect.parse_prompt_choices(request, &bodies)?;
-        if choices.len() != request.positions().len() {
-            return Err(EngineError::BadResponse(format!("{} choices for {} positions", choices.len(), request.positions().len())));
-        }
-        Ok(choices)
-    }
-
     /// Whether the engine says it can serve (its health path answers 2xx within `timeout`).
     pub async fn is_healthy(&self, timeout: Duration) -> bool {
         self.call(&HttpCall::get(self.dialect.health_path()), timeout).await.is_ok()
@@ -137,6 +122,12 @@ impl EngineClient {
     /// Make one call and return the body of a 2xx answer; anything else is a typed error.
     pub async fn call(&self, call: &HttpCall, timeout: Duration) -> Result<Vec<u8>, EngineError> {
         self.call_limited(call, timeout, None, MAX_RESPONSE_BYTES).await
+    }
+
+    /// [`Self::call`], reading up to `limit` bytes of the answer (a mapping whose answers are
+    /// long, such as prompt log-probabilities, says how long).
+    pub async fn call_with_limit(&self, call: &HttpCall, timeout: Duration, limit: usize) -> Result<Vec<u8>, EngineError> {
+        self.call_limited(call, timeout, None, limit).await
     }
 
     /// [`Self::call`] with a W3C `traceparent` header when given, reading at most `limit`
@@ -178,7 +169,7 @@ impl EngineClient {
 /// handshake.
 fn builder() -> reqwest::ClientBuilder {
     // https engines use rustls with the provider the QUIC side uses.
-    crate::transport::tls::install_crypto_provider();
+    let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder().pool_idle_timeout(Duration::from_secs(90)).pool_max_idle_per_host(256).tcp_nodelay(true).connect_timeout(Duration::from_secs(2))
 }
 
@@ -251,7 +242,7 @@ mod tests {
         use tracing_subscriber::layer::SubscriberExt;
 
         let (spec, seen) = recording_engine().await;
-        let client = EngineClient::new(&spec, std::sync::Arc::new(crate::engine::llamacpp::LlamaCppDialect)).unwrap();
+        let client = EngineClient::new(&spec, std::sync::Arc::new(crate::llamacpp::LlamaCppDialect)).unwrap();
         let sampling = common::sampling::SamplingParams::default();
         let request = NextTokenRequest { context: &[1, 2, 3], sampling: &sampling, seed: None, max_new_tokens: 1, top_logprobs: 0, slot: None };
         let timeout = Duration::from_secs(5);
@@ -276,31 +267,10 @@ mod tests {
         assert_eq!(*seen.lock().unwrap(), vec![None, Some(expected)]);
     }
 
-    #[tokio::test]
-    async fn prompt_choices_make_the_dialects_calls_in_order_and_read_every_answer() {
-        // A llama-server stand-in whose greedy token is the prompt's length (runner-up +100).
-        let app = axum::Router::new().route(
-            "/completion",
-            axum::routing::post(|axum::Json(b): axum::Json<serde_json::Value>| async move {
-                let n = b["prompt"].as_array().map_or(0, Vec::len);
-                let top = serde_json::json!([{"id": n, "logprob": -0.5}, {"id": n + 100, "logprob": -2.0}]);
-                axum::Json(serde_json::json!({"tokens": [n], "completion_probabilities": [{"id": n, "logprob": -0.5, "top_logprobs": top}]}))
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let spec: EngineSpec = format!("llamacpp=http://{}", listener.local_addr().unwrap()).parse().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        let client = EngineClient::new(&spec, std::sync::Arc::new(crate::engine::llamacpp::LlamaCppDialect)).unwrap();
-        let request = PromptChoicesRequest { tokens: &[9, 9, 9, 9, 9], first: 2, runner_up: true, slot: Some(0) };
-        let choices = client.prompt_choices(&request, Duration::from_secs(5)).await.unwrap();
-        assert_eq!(choices.iter().map(|c| c.best.id).collect::<Vec<_>>(), vec![2, 3, 4], "positions 2, 3, 4 in order");
-        assert_eq!(choices.iter().map(|c| c.runner_up.map(|t| t.id)).collect::<Vec<_>>(), vec![Some(102), Some(103), Some(104)]);
-    }
-
     #[test]
     fn a_pinned_client_is_labelled_by_its_address_and_keeps_the_name_in_its_url() {
         let spec: EngineSpec = "llamacpp=http://llama.duet.svc:8080".parse().unwrap();
-        let dialect = std::sync::Arc::new(crate::engine::llamacpp::LlamaCppDialect);
+        let dialect = std::sync::Arc::new(crate::llamacpp::LlamaCppDialect);
         let v4 = EngineClient::pinned(&spec, "10.0.0.5".parse().unwrap(), dialect.clone()).unwrap();
         assert_eq!((v4.url(), v4.label()), ("http://llama.duet.svc:8080", "http://10.0.0.5:8080"));
         let v6 = EngineClient::pinned(&spec, "fd00::7".parse().unwrap(), dialect.clone()).unwrap();

@@ -51,14 +51,15 @@
 //!   with Prefix Caching"), and answers an entry per prompt token: a draft check prefills the
 //!   whole context and the draft, where a plain escalation prefills the delta: one pass still,
 //!   but one that grows with the context (and an answer of ~100 bytes per prompt token, read up
-//!   to [`super::client::MAX_CHOICES_RESPONSE_BYTES`]).
+//!   to [`crate::client::MAX_CHOICES_RESPONSE_BYTES`]).
 //!
 //! vLLM is not run on the project's machines (no GPU): the tests below check the mapping against
 //! the bodies vLLM's documentation and protocol models describe.
 
 use serde_json::{json, Value};
 
-use super::{aligned_positions, first_listed_model, parse_json, token_id, Dialect, DraftCheckRequest, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest, PromptChoice, PromptChoicesRequest};
+use crate::prompt_choices::PromptChoicesDialect;
+use crate::{aligned_positions, first_listed_model, parse_json, token_id, Dialect, DraftCheckRequest, EngineError, EngineKind, EngineModel, EngineReply, EngineToken, HttpCall, NextTokenRequest, PromptChoice, PromptChoicesRequest};
 
 /// Where vLLM describes its routes; read once to choose a [`VllmApi`].
 pub const OPENAPI_PATH: &str = "/openapi.json";
@@ -226,21 +227,6 @@ impl Dialect for VllmDialect {
         v.get("tokens").and_then(Value::as_array).ok_or_else(|| missing("tokens"))?.iter().map(token_id).collect()
     }
 
-    fn prompt_choices_calls(&self, r: &PromptChoicesRequest<'_>) -> Vec<HttpCall> {
-        if r.positions().is_empty() {
-            return Vec::new();
-        }
-        vec![self.prompt_logprobs_call(r.tokens, r.top_n())]
-    }
-
-    fn parse_prompt_choices(&self, r: &PromptChoicesRequest<'_>, bodies: &[Vec<u8>]) -> Result<Vec<PromptChoice>, EngineError> {
-        let positions = r.positions();
-        let [body] = bodies else {
-            return if positions.is_empty() { Ok(Vec::new()) } else { Err(bad(format!("expected one /v1/completions answer, got {}", bodies.len()))) };
-        };
-        choices_in(r, body)
-    }
-
     fn draft_check_call(&self, r: &DraftCheckRequest<'_>) -> HttpCall {
         self.prompt_logprobs_call(&r.sequence(), 1)
     }
@@ -254,6 +240,24 @@ impl Dialect for VllmDialect {
         let bonus = *next.tokens.first().ok_or_else(|| missing("choices[0].token_ids"))?;
         let tokens = choices.iter().map(|c| c.best).chain(std::iter::once(bonus)).collect();
         Ok(EngineReply { tokens, ..next })
+    }
+}
+
+/// The router lab's teacher ([`PromptChoicesDialect`]), on the same parsers as the draft check.
+impl PromptChoicesDialect for VllmDialect {
+    fn prompt_choices_calls(&self, r: &PromptChoicesRequest<'_>) -> Vec<HttpCall> {
+        if r.positions().is_empty() {
+            return Vec::new();
+        }
+        vec![self.prompt_logprobs_call(r.tokens, r.top_n())]
+    }
+
+    fn parse_prompt_choices(&self, r: &PromptChoicesRequest<'_>, bodies: &[Vec<u8>]) -> Result<Vec<PromptChoice>, EngineError> {
+        let positions = r.positions();
+        let [body] = bodies else {
+            return if positions.is_empty() { Ok(Vec::new()) } else { Err(bad(format!("expected one /v1/completions answer, got {}", bodies.len()))) };
+        };
+        choices_in(r, body)
     }
 }
 
@@ -394,6 +398,7 @@ fn clip(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::AcceptanceRule;
     use common::sampling::SamplingParams;
     use proptest::prelude::*;
 
@@ -831,7 +836,7 @@ mod tests {
         }
     }
 
-    /// The fields this dialect reads, for [`crate::engine::testing::jsonish`].
+    /// The fields this dialect reads, for [`crate::testing::jsonish`].
     const FIELDS: &[&str] = &["choices", "token_ids", "logprobs", "tokens", "token_logprobs", "content", "token", "logprob", "usage", "prompt_tokens", "prompt_tokens_details", "cached_tokens", "error", "prompt_logprobs", "rank"];
 
     proptest! {
@@ -845,7 +850,7 @@ mod tests {
         }
 
         #[test]
-        fn parsing_never_panics_on_json(v in crate::engine::testing::jsonish(FIELDS)) {
+        fn parsing_never_panics_on_json(v in crate::testing::jsonish(FIELDS)) {
             let bytes = serde_json::to_vec(&v).unwrap();
             for d in [completions(), generate()] {
                 if let Ok(reply) = d.parse_next_token(&bytes) {
