@@ -10,12 +10,21 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::batcher::backend::EmbeddedOptions;
-use crate::config::{BatcherConfig, CertSource, DrainConfig, EnginesConfig, FleetConfig, GatewayConfig, IdentityConfig, OverloadConfig, RateLimit, SessionsConfig, TransportConfig};
+use crate::config::{BatcherConfig, CertSource, DrainConfig, EngineAdmission, EnginesConfig, FairShareMode, FleetConfig, GatewayConfig, IdentityConfig, OverloadConfig, RateLimit, SessionsConfig, TransportConfig};
 use crate::engine::pool::breaker::BreakerConfig;
 use crate::engine::pool::health::HealthConfig;
 use crate::engine::pool::pick::{PickPolicy, Routing};
 use crate::engine::pool::PoolConfig;
 use crate::engine::EngineSpec;
+
+/// An on/off flag (`--fair-line`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Switch {
+    /// On.
+    On,
+    /// Off.
+    Off,
+}
 
 fn gateway() -> GatewayConfig {
     GatewayConfig::default()
@@ -262,13 +271,8 @@ pub struct OverloadArgs {
     pub max_buffered_bytes: usize,
     /// Between devices under overload: `device` serves the device served the fewest LLM tokens
     /// first and refuses a device over its share first; `off` serves oldest first.
-    #[arg(long, env = "DUET_FAIR_SHARE", default_value = "device", value_parser = ["device", "off"])]
-    pub fair_share: String,
-    /// With --fair-share=device, on the engine path: `on` lets a device refused for cost while
-    /// within its share wait in line, the head of the line's work kept for it; `off` refuses it
-    /// like any other (the default: the line lowers what the engine serves in all).
-    #[arg(long, env = "DUET_FAIR_LINE", default_value = "off", value_parser = ["on", "off"])]
-    pub fair_line: String,
+    #[arg(long, env = "DUET_FAIR_SHARE", value_enum, default_value_t = FairShareMode::Device)]
+    pub fair_share: FairShareMode,
 }
 
 impl OverloadArgs {
@@ -282,8 +286,7 @@ impl OverloadArgs {
             stream_read_timeout: Duration::from_millis(self.stream_read_timeout_ms),
             max_buffered_bytes_per_connection: self.max_buffered_bytes_per_connection,
             max_buffered_bytes: self.max_buffered_bytes,
-            fair_share: self.fair_share != "off",
-            fair_line: self.fair_line != "off",
+            fair_share: self.fair_share.is_on(),
         }
     }
 }
@@ -312,16 +315,21 @@ pub struct EnginesArgs {
     pub engine_resolve_interval_ms: u64,
     /// How a session's escalations pick a worker: sticky (rendezvous hashing, keeps the
     /// engine's prefix cache) or round-robin (for comparison).
-    #[arg(long, env = "DUET_ENGINE_ROUTING", default_value = "sticky", value_parser = ["sticky", "round-robin"])]
-    pub engine_routing: String,
+    #[arg(long, env = "DUET_ENGINE_ROUTING", value_enum, default_value_t = Routing::Sticky)]
+    pub engine_routing: Routing,
     /// Requests in flight per worker before devices get `Busy`.
     #[arg(long, env = "DUET_ENGINE_MAX_IN_FLIGHT", default_value_t = pool().max_in_flight_per_worker)]
     pub engine_max_in_flight: usize,
     /// Admission to engine workers: `cost` refuses `Busy` at once when no worker's queue (its
     /// requests in flight, in tokens, at its learned time per token) lets an escalation be
     /// answered before its deadline; `off` sends it while a worker has room, to time out.
-    #[arg(long, env = "DUET_ENGINE_ADMISSION", default_value = "cost", value_parser = ["cost", "off"])]
-    pub engine_admission: String,
+    #[arg(long, env = "DUET_ENGINE_ADMISSION", value_enum, default_value_t = EngineAdmission::Cost)]
+    pub engine_admission: EngineAdmission,
+    /// With --fair-share=device: `on` lets a device refused for cost while within its share
+    /// wait in line, the head of the line's work kept for it; `off` refuses it like any other
+    /// (the default: the line lowers what the engine serves in all).
+    #[arg(long, env = "DUET_FAIR_LINE", value_enum, default_value_t = Switch::Off)]
+    pub fair_line: Switch,
     /// Attempts per escalation, on different workers, while its deadline allows (1..=16).
     #[arg(long, env = "DUET_ENGINE_MAX_ATTEMPTS", default_value_t = pool().max_attempts)]
     pub engine_max_attempts: u32,
@@ -339,13 +347,13 @@ pub struct EnginesArgs {
 impl EnginesArgs {
     pub(super) fn config(&self) -> EnginesConfig {
         let defaults = pool();
-        let routing = if self.engine_routing == "round-robin" { Routing::RoundRobin } else { Routing::Sticky };
         let pool = PoolConfig {
             engines: self.engines.clone(),
             max_in_flight_per_worker: self.engine_max_in_flight,
-            admit_by_cost: self.engine_admission != "off",
+            admit_by_cost: self.engine_admission.by_cost(),
+            fair_line: self.fair_line == Switch::On,
             max_attempts: self.engine_max_attempts,
-            pick: PickPolicy { routing, ..defaults.pick },
+            pick: PickPolicy { routing: self.engine_routing, ..defaults.pick },
             breaker: BreakerConfig { failure_threshold: self.engine_breaker_failures, open_for: Duration::from_millis(self.engine_breaker_open_ms), ..defaults.breaker },
             health: HealthConfig { interval: Duration::from_millis(self.engine_health_interval_ms), ..defaults.health },
             resolve_interval: Duration::from_millis(self.engine_resolve_interval_ms),

@@ -73,10 +73,11 @@ fn overload_flags_map_onto_the_configuration() {
         "--fair-share=off",
         "--fair-line=on",
     ]);
-    let o = args.gateway_config().unwrap().overload;
-    assert!(!o.fair_share && o.fair_line);
-    let d = GatewayConfig::default().overload;
-    assert!(d.fair_share && !d.fair_line, "devices share fairly by default, without the engine path's line");
+    let config = args.gateway_config().unwrap();
+    let o = config.overload;
+    assert!(!o.fair_share && !config.engines.pool.fair_share && config.engines.pool.fair_line);
+    let d = GatewayConfig::default();
+    assert!(d.overload.fair_share && !d.engines.pool.fair_line, "devices share fairly by default, without the engine path's line");
     assert_eq!((o.max_batch_tokens, o.max_sessions, o.max_connections_per_source), (64, 1000, 8));
     assert_eq!((o.ready_saturated_after, o.ready_stalled_after, o.stream_read_timeout), (Duration::from_millis(1500), Duration::from_secs(9), Duration::from_millis(2500)));
     assert_eq!((o.max_buffered_bytes_per_connection, o.max_buffered_bytes), (200_000, 9_000_000));
@@ -208,4 +209,22 @@ fn recording_and_replaying_answers_are_flags_and_keys_of_the_embedded_section_an
     let missing = GatewayArgs::parse_from(["cloud-gateway", "--replay-answers", dir.path().join("none.bin").to_str().unwrap()]);
     let err = missing.load_backend().err().expect("no such recording").to_string();
     assert!(err.contains("none.bin"), "{err}");
+}
+
+#[test]
+fn the_engine_paths_line_is_an_engines_key_and_the_switches_take_the_same_words_as_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("gateway.toml");
+    std::fs::write(&f, "[overload]\nfair-share = \"device\"\n[engines]\nfair-line = \"on\"\nengine-routing = \"round-robin\"\nengine-admission = \"cost\"\n").unwrap();
+    let config = GatewayArgs::from_argv(argv(&["cloud-gateway", "--config", f.to_str().unwrap()])).unwrap().gateway_config().unwrap();
+    assert!(config.overload.fair_share && config.engines.pool.fair_line && config.engines.pool.admit_by_cost);
+    assert_eq!(config.engines.pool.pick.routing, Routing::RoundRobin);
+    std::fs::write(&f, "[overload]\nfair-line = \"on\"\n").unwrap();
+    let err = GatewayArgs::from_argv(argv(&["cloud-gateway", "--config", f.to_str().unwrap()])).err().map(|e| format!("{e:#}")).unwrap_or_default();
+    assert!(err.contains("fair-line"), "refused by name in [overload]: {err}");
+    for bad in ["--fair-share=maybe", "--fair-line=yes", "--engine-routing=random", "--engine-admission=maybe"] {
+        assert!(GatewayArgs::try_parse_from(["cloud-gateway", bad]).is_err(), "{bad}");
+    }
+    let off = GatewayArgs::parse_from(["cloud-gateway", "--fair-share=off", "--engine-routing=sticky", "--engine-admission=off"]).gateway_config().unwrap();
+    assert!(!off.overload.fair_share && !off.engines.pool.admit_by_cost && off.engines.pool.pick.routing == Routing::Sticky);
 }

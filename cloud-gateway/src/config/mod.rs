@@ -220,12 +220,6 @@ pub struct OverloadConfig {
     /// the device served the fewest LLM tokens goes next, and a device over its share hears
     /// `Busy` first (`dispatch::fair`). Off: oldest first, every device's work weighed alike.
     pub fair_share: bool,
-    /// With `fair_share`, on the engine path: a device refused for cost while within its share
-    /// waits in line, and what the head of the line asked is kept for it (`engine::pool::share`).
-    /// Off by default: under a flood it served a tenth as many tokens in all and the light
-    /// devices a fifth as many answers (the engine holds room for the line's head while that
-    /// device sleeps out its retry hint), for a share figure that swings from run to run.
-    pub fair_line: bool,
 }
 
 impl Default for OverloadConfig {
@@ -240,8 +234,45 @@ impl Default for OverloadConfig {
             max_buffered_bytes_per_connection: 1 << 20,
             max_buffered_bytes: 256 << 20,
             fair_share: true,
-            fair_line: false,
         }
+    }
+}
+
+/// `--fair-share`: how the LLM is shared between devices under overload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[value(rename_all = "kebab-case")]
+pub enum FairShareMode {
+    /// The device served the fewest LLM tokens first; a device over its share hears `Busy` first.
+    #[default]
+    Device,
+    /// Oldest first, every device's work weighed alike.
+    Off,
+}
+
+impl FairShareMode {
+    /// Whether devices share fairly.
+    pub fn is_on(self) -> bool {
+        self == Self::Device
+    }
+}
+
+/// `--engine-admission`: what refuses an escalation to the engine workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[value(rename_all = "kebab-case")]
+pub enum EngineAdmission {
+    /// `Busy` at once when no worker's queue lets the escalation be answered before its deadline.
+    #[default]
+    Cost,
+    /// Sent while a worker has room (the in-flight bound alone), to time out.
+    Off,
+}
+
+impl EngineAdmission {
+    /// Whether escalations are admitted by their cost.
+    pub fn by_cost(self) -> bool {
+        self == Self::Cost
     }
 }
 

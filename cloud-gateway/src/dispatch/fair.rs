@@ -44,11 +44,47 @@ pub fn over_share(held: usize, others: usize, in_use: usize, capacity: usize) ->
     in_use.saturating_mul(2) >= capacity && held >= share
 }
 
+/// A device's virtual token count, the one counter both LLM paths keep per device (this
+/// module's [`FairShare`] for the batcher's queue, `engine::pool::share` for the engine pool's
+/// admission): the LLM tokens it was served ([`Self::charge`]), lifted, never lowered, to the
+/// least served active device's count when it becomes active ([`Self::lift_to`],
+/// [`least_served`]), so time spent idle banks no credit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct VirtualTokens(u64);
+
+impl VirtualTokens {
+    /// A device becoming active while the least served active device's count is `least`.
+    pub fn starting_at(least: u64) -> Self {
+        Self(least)
+    }
+
+    /// It was served `tokens` more.
+    pub fn charge(&mut self, tokens: u64) {
+        self.0 = self.0.saturating_add(tokens);
+    }
+
+    /// It becomes active again while the least served active device's count is `least`: it
+    /// starts from there unless it was served more already.
+    pub fn lift_to(&mut self, least: u64) {
+        self.0 = self.0.max(least);
+    }
+
+    /// The count.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+/// The least of `counts` (`None` when there is none): what a device becoming active starts from.
+pub fn least_served(counts: impl IntoIterator<Item = VirtualTokens>) -> Option<u64> {
+    counts.into_iter().min().map(VirtualTokens::get)
+}
+
 /// One device's counter.
 #[derive(Debug, Clone, Copy)]
 struct Device {
     /// Virtual tokens: tokens served, lifted when it becomes backlogged.
-    counter: u64,
+    counter: VirtualTokens,
     /// Items of its work waiting in the LLM path's queue.
     waiting: usize,
     /// Last time it was queued to or charged (the least recent idle device is forgotten first).
@@ -76,9 +112,9 @@ impl FairShare {
     /// credit).
     pub fn enqueue(&mut self, device: &Arc<str>, now: Instant) {
         let floor = self.backlogged_min().unwrap_or(self.floor);
-        let d = self.devices.entry(device.clone()).or_insert(Device { counter: floor, waiting: 0, seen: now });
+        let d = self.devices.entry(device.clone()).or_insert(Device { counter: VirtualTokens::starting_at(floor), waiting: 0, seen: now });
         if d.waiting == 0 {
-            d.counter = d.counter.max(floor);
+            d.counter.lift_to(floor);
         }
         d.waiting += 1;
         d.seen = now;
@@ -98,10 +134,10 @@ impl FairShare {
     /// `device` was served `tokens` LLM tokens (prefilled plus generated) at `now`.
     pub fn charge(&mut self, device: &Arc<str>, tokens: u64, now: Instant) {
         let floor = self.backlogged_min().unwrap_or(self.floor);
-        let d = self.devices.entry(device.clone()).or_insert(Device { counter: floor, waiting: 0, seen: now });
-        d.counter = d.counter.saturating_add(tokens);
+        let d = self.devices.entry(device.clone()).or_insert(Device { counter: VirtualTokens::starting_at(floor), waiting: 0, seen: now });
+        d.counter.charge(tokens);
         d.seen = now;
-        let served = d.counter;
+        let served = d.counter.get();
         match self.backlogged_min() {
             Some(min) => self.floor = self.floor.max(min),
             // No one waits: the device just served is the last to have been backlogged, and
@@ -128,7 +164,7 @@ impl FairShare {
 
     /// `device`'s counter, if it is remembered.
     pub fn counter(&self, device: &str) -> Option<u64> {
-        self.devices.get(device).map(|d| d.counter)
+        self.devices.get(device).map(|d| d.counter.get())
     }
 
     /// How many tokens `device` is ahead of the backlogged device served least (0 when it is
@@ -148,7 +184,7 @@ impl FairShare {
     /// The largest counter of a backlogged device minus the smallest (0 with fewer than two):
     /// how far the most-served device with work waiting is ahead of the least-served one.
     pub fn spread(&self) -> u64 {
-        let mut counters = self.devices.values().filter(|d| d.waiting > 0).map(|d| d.counter);
+        let mut counters = self.devices.values().filter(|d| d.waiting > 0).map(|d| d.counter.get());
         let Some(first) = counters.next() else { return 0 };
         let (min, max) = counters.fold((first, first), |(lo, hi), c| (lo.min(c), hi.max(c)));
         max - min
@@ -165,7 +201,7 @@ impl FairShare {
     }
 
     fn backlogged_min(&self) -> Option<u64> {
-        self.devices.values().filter(|d| d.waiting > 0).map(|d| d.counter).min()
+        least_served(self.devices.values().filter(|d| d.waiting > 0).map(|d| d.counter))
     }
 
     fn raise_floor(&mut self) {

@@ -276,10 +276,11 @@ pub(super) async fn fair_flood(run: &Run) -> anyhow::Result<serde_json::Value> {
             session(conn, 1, 1000 + d as u32, behaved_shape, from, stop_at, None).await
         }));
     }
-    // The fair queue's devices while both run.
+    // The devices holding work while both run: waiting in the batcher's fair queue, or in
+    // flight on the engine path (a gateway serves one path, the other's gauge stays 0).
     let backlogged = Arc::new(Mutex::new(Vec::<f64>::new()));
     while Instant::now() < stop_at {
-        let b = metric(run.gw.http, "duet_gateway_fair_backlogged_devices").await;
+        let b = metric(run.gw.http, "duet_gateway_fair_backlogged_devices").await + metric(run.gw.http, "duet_gateway_engine_share_devices_in_flight").await;
         backlogged.lock().unwrap_or_else(|p| p.into_inner()).push(b);
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

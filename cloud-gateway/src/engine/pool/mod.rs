@@ -87,11 +87,12 @@ pub struct PoolConfig {
     pub refused_retry: Duration,
     /// Share the workers' time fairly between devices: once half the tokens they can run before
     /// a deadline are in flight, a device over its fair share of them is refused first
-    /// ([`share`]); the gateway's `[overload] fair-share` sets it. Only with `admit_by_cost`:
-    /// the tokens that fit a deadline are the cost model's.
+    /// ([`share`]); the gateway's `[overload] fair-share` sets it (its batcher shares by the
+    /// same switch). Only with `admit_by_cost`: the tokens that fit a deadline are the cost
+    /// model's.
     pub fair_share: bool,
     /// With `fair_share`: a device refused for cost while within its share waits in line
-    /// ([`share`]); the gateway's `[overload] fair-line` sets it.
+    /// ([`share`]); the gateway's `[engines] fair-line` sets it.
     pub fair_line: bool,
     /// Refuse `Busy` at once an escalation no worker's queue lets be answered before its
     /// deadline ([`admission`]); off, only the in-flight bound refuses (`--engine-admission`).
@@ -256,11 +257,11 @@ impl EnginePool {
             .collect();
         let decided = gate.admit(&escalation, &figures, deadline, now, rr, self.service_ms());
         if gate.shares() {
-            metrics::gauge!("duet_gateway_fair_waiting_devices").set(gate.waiting_devices() as f64);
+            metrics::gauge!("duet_gateway_engine_share_waiting_devices").set(gate.waiting_devices() as f64);
         }
         let admit = decided?;
         if admit.shared {
-            metrics::gauge!("duet_gateway_fair_backlogged_devices").set(gate.devices_in_flight() as f64);
+            metrics::gauge!("duet_gateway_engine_share_devices_in_flight").set(gate.devices_in_flight() as f64);
         }
         let load_id = workers[admit.first].load().reserve_for(Some(request.session.clone()), admit.cost, now);
         drop(gate);
@@ -339,7 +340,7 @@ impl Drop for Admitted {
         if admit.shared {
             let mut gate = gate.lock().unwrap_or_else(|p| p.into_inner());
             gate.end(device, admit, now);
-            metrics::gauge!("duet_gateway_fair_backlogged_devices").set(gate.devices_in_flight() as f64);
+            metrics::gauge!("duet_gateway_engine_share_devices_in_flight").set(gate.devices_in_flight() as f64);
         }
     }
 }

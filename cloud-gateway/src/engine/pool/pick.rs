@@ -67,8 +67,10 @@ pub struct Candidate {
     pub in_flight: usize,
 }
 
-/// How sessions are spread over workers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+/// How sessions are spread over workers (`--engine-routing`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[value(rename_all = "kebab-case")]
 pub enum Routing {
     /// Each session to its rendezvous worker, for the engine's prefix cache (the default).
     #[default]

@@ -1,78 +1,54 @@
 //! Fair shares of the engine pool's work between devices, weighted by tokens.
 //!
-//! The pool has no queue of its own (engines batch continuously; an escalation is one HTTP
-//! request, refused `Busy` at once when no worker can answer it in time), and an engine serves
-//! what it holds in its own order, so there is no waiting request to pick and the batcher's
-//! virtual token counter ([`crate::dispatch::fair`]), which orders a queue, has nothing to
-//! order here. What runs out is the engine's time: the work in flight on the workers, in
-//! tokens (admission's [`super::admission::cost`] of each request), is what every new
-//! escalation waits behind. So fairness applies at admission, to that work: each device's
-//! tokens in flight (its sessions together, keyed by its verified identity) against its
-//! max-min fair share ([`water_fill`]) of the pool's budget, the tokens the workers can hold
-//! and still answer a short escalation before its deadline
-//! ([`super::admission::Offer::budget_tokens`]).
+//! The pool has no queue of its own (engines batch continuously and serve what they hold in
+//! their own order), so fairness applies at admission, to what runs out: the engine's time,
+//! counted as the tokens in flight on the workers (admission's [`super::admission::cost`] of
+//! each request). A device is its verified identity; its sessions share one share. The budget
+//! divided is the tokens the open workers can hold and still answer a short escalation before
+//! this one's deadline ([`super::admission::Offer::budget_tokens`]).
 //!
-//! Sharing by request count did not bind: places were never what ran out (BENCHMARKS.md, the
-//! engine path's fair flood), and a light device holds nothing between its escalations, so a
-//! count of devices in flight left the flood all but an eighth of the pool and the light device
-//! found the engine's time taken. Here a device that escalated within the last `window` stays
-//! active between escalations and its demand counts: what it last asked for (one escalation's
-//! cost) or, while it has more in flight, that. A flood's demand is what it holds; a light
-//! device's share is all it asks as long as that is below an equal split, and the flood's share
-//! is the budget less what the others ask. A device whose session ends ([`WorkShare::leave`])
-//! stops asking at once: it left, or its next escalation asks again (and a device with nothing
-//! in flight is always admitted for its share). Without that, devices that had come and gone
-//! held their last asks against a newcomer for the whole window, and a lone device on an idle
-//! engine was refused for its share of a budget nobody else was using.
+//! What a device counts:
+//! - its tokens and requests in flight, from admission ([`WorkShare::start`]) to the end
+//!   ([`WorkShare::end`]);
+//! - its demand: what it holds, or, with nothing in flight, what it last asked (one
+//!   escalation's cost), for `window` after its last escalation or until one of its sessions
+//!   ends ([`WorkShare::leave`]): a light device holds nothing between escalations, yet its
+//!   next one needs room;
+//! - the tokens admitted for it while active, on the virtual token counter both LLM paths
+//!   keep ([`VirtualTokens`]: a device becoming active starts from the least served active
+//!   device's count, so time away banks no credit);
+//! - with the line on, its place in the line ([`WorkShare::wait`]).
 //!
-//! Max-min shares alone did not let a light device in while a flood held the engine: the
-//! flood always has work in flight, the light device's escalation (a whole context's prefill
-//! after a refusal) fits a deadline only when the queue has drained, and whoever retried first
-//! at that moment (the flood's many sessions, every 100 ms) took the room. The pool has no
-//! queue to order, so the order can be kept as **tickets** (the pool takes them only with
-//! `[overload] fair-line = "on"`; off by default, because the line served far less in all):
-//! a device refused for cost or behind others' tickets while within its share waits ([`WorkShare::wait`], stamped with when it
-//! started waiting), and what the devices at the head of the line last asked (as many as fit
-//! in half the budget, at least the first) is reserved from everyone who started waiting
-//! later or does not wait: they are admitted only into the budget those reservations leave.
-//! The queue drains, the oldest waiting device's next retry fits, and its admission hands the
-//! reservation on. A ticket lapses when its device does not come back within the time it was
-//! told to wait (plus [`TICKET_GRACE`]), and one held longer than [`DEFAULT_MAX_WAIT`] goes to
-//! the back of the line, so a device that never fits (a prefill too long for any deadline)
-//! does not hold the others back for good.
-//!
-//! Neither did the line: a device told to come back slept out its hint while the room kept for
-//! it stood idle. What decides who gets the engine's free moments is who has been served: each
-//! device counts the tokens admitted for it (a virtual token counter, as the batcher's queue
-//! keeps: a device becoming active starts from the least served active device's count, so one
-//! that was away is owed nothing for it). A device with nothing in flight that has been served
-//! more than [`PEER_QUANTUM`] tokens less than the one asking, or not yet admitted at all since
-//! it became active, is owed room for what it last asked (if that fits the budget at all): the
-//! asking device is admitted only where its escalation, the work in flight and that
-//! ask fit the budget together (refusal `Behind`, reason `share`). A flood, served far more than
-//! any light device, then keeps its hands off the room one light escalation needs, a light
-//! device's first `Full` included, and takes all the rest: while the light devices think, their
-//! asks are small and the flood has nearly the whole engine (work-conserving). The room is kept
-//! for one ask, the largest, not the sum: light devices come one by one.
-//!
-//! Rules ([`WorkShare::admit`]):
-//! - a device that would leave no room for what a device served far less asks is refused
-//!   (reason `share`) before anything else: not even its first escalation is exempt;
-//! - a device whose tokens in flight with this escalation's would pass its fair share is
-//!   refused `Busy` (reason `share`) once half the budget is taken, and gives up its ticket;
-//! - a device that would take what devices waiting longer have reserved is refused (reason
-//!   `reserved`) and waits its turn;
-//! - otherwise a device with nothing in flight is never refused here (one escalation at a time
-//!   is the least any device may have; the cost rule still applies to it), and below half the
-//!   budget taken (with the escalation and the reservations) no device is: work-conserving.
+//! The rules ([`WorkShare::admit`]), in order:
+//! - **owed room**: a device with nothing in flight that was served more than
+//!   [`PEER_QUANTUM`] tokens less than the asking device, or not yet admitted since it became
+//!   active, is owed room for what it last asked (when that fits the budget at all); the asking
+//!   device is admitted only where its escalation, the work in flight and the largest such ask
+//!   fit the budget together (refusal `Behind`, reason `share`), even with nothing in flight.
+//!   Room is kept for one ask, the largest: light devices come one by one;
+//! - **fair share**: once half the budget is taken, a device whose tokens in flight with this
+//!   escalation's would pass its max-min fair share ([`water_fill`] over the devices'
+//!   demands) is refused (`Over`, reason `share`) and gives up its place in line;
+//! - **the line**: what the devices at the head of the line last asked (in the order they
+//!   started waiting, as many as fit in half the budget, at least the first) is reserved from
+//!   every device that started waiting later or does not wait (`Reserved`); a place lapses
+//!   when its device does not come back within the time it was told to wait plus
+//!   [`TICKET_GRACE`], and one held longer than [`DEFAULT_MAX_WAIT`] goes to the back, so a
+//!   device that never fits holds nobody back for good;
+//! - otherwise a device with nothing in flight is admitted (one escalation at a time is the
+//!   least any device may have; the cost rule still applies), and so is everyone while less
+//!   than half the budget is taken: work-conserving.
 //!
 //! Bounded: at most `max_devices` devices (more only while more have requests in flight, which
-//! the pool's places bound), idle ones least recently seen forgotten first; an idle device past its `window` is forgotten
-//! at once. Pure: `now` and the budget are passed in; the pool's shell holds one behind a lock.
+//! the pool's places bound), idle ones least recently seen forgotten first; an idle device past
+//! its `window` is forgotten at once. Pure: `now` and the budget are passed in; the pool's
+//! admission gate ([`super::gate`]) holds it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use crate::dispatch::fair::{least_served, VirtualTokens};
 
 /// How long after its last escalation a device's demand still counts: a few pauses of a device
 /// in conversation (the well-behaved devices of the fair-flood scenario escalate every 0.5 s
@@ -116,9 +92,9 @@ struct Device {
     seen: Instant,
     /// Its place in the line while it waits to be admitted.
     ticket: Option<Ticket>,
-    /// Tokens admitted for it while active, lifted to the least served active device's count
-    /// when it becomes active (a virtual token counter, as the batcher's queue keeps).
-    served: u64,
+    /// Tokens admitted for it while active, started from the least served active device's
+    /// count when it becomes active.
+    served: VirtualTokens,
     /// Whether anything was admitted for it since it became active.
     admitted: bool,
 }
@@ -128,7 +104,7 @@ impl Device {
     /// served more than [`PEER_QUANTUM`] tokens less, or not yet admitted at all since it
     /// became active while `other` was.
     fn is_owed_by(&self, other: &Device) -> bool {
-        self.requests == 0 && (self.served.saturating_add(PEER_QUANTUM) < other.served || (!self.admitted && other.admitted))
+        self.requests == 0 && (self.served.get().saturating_add(PEER_QUANTUM) < other.served.get() || (!self.admitted && other.admitted))
     }
 }
 
@@ -214,10 +190,10 @@ impl WorkShare {
     fn entry(&mut self, device: &Arc<str>, cost: usize, now: Instant) -> &mut Device {
         // The least served count only for a new device (an entry borrow would hold the map).
         if !self.devices.contains_key(device) {
-            let least = self.devices.values().map(|d| d.served).min().unwrap_or(0);
+            let least = VirtualTokens::starting_at(least_served(self.devices.values().map(|d| d.served)).unwrap_or(0));
             self.devices.insert(device.clone(), Device { in_flight: 0, requests: 0, asked: cost, seen: now, ticket: None, served: least, admitted: false });
         }
-        self.devices.entry(device.clone()).or_insert(Device { in_flight: 0, requests: 0, asked: cost, seen: now, ticket: None, served: 0, admitted: false })
+        self.devices.entry(device.clone()).or_insert(Device { in_flight: 0, requests: 0, asked: cost, seen: now, ticket: None, served: VirtualTokens::default(), admitted: false })
     }
 
     /// The most that a device `me` owes room to last asked (0: none), of the asks that fit
@@ -307,7 +283,7 @@ impl WorkShare {
     pub fn start(&mut self, device: &Arc<str>, cost: usize, now: Instant) {
         let d = self.entry(device, cost, now);
         d.in_flight = d.in_flight.saturating_add(cost);
-        d.served = d.served.saturating_add(cost as u64);
+        d.served.charge(cost as u64);
         d.admitted = true;
         d.requests += 1;
         d.seen = now;
