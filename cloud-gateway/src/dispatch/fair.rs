@@ -406,4 +406,17 @@ mod tests {
         assert_eq!(fair.pick(["b", "a", "new"]), Some("b"), "the device served least goes first");
         assert_eq!(fair.pick(["new", "a"]), Some("new"), "an unknown device counts as the backlogged minimum; the first of equals wins");
     }
+
+    #[test]
+    fn virtual_tokens_are_charged_lifted_to_the_least_served_and_never_lowered() {
+        let mut away = VirtualTokens::starting_at(100);
+        away.charge(20);
+        assert_eq!(away.get(), 120);
+        away.lift_to(500);
+        assert_eq!(away.get(), 500, "back from a pause: starts from the least served active count");
+        away.lift_to(300);
+        assert_eq!(away.get(), 500, "never lowered");
+        let counts = [VirtualTokens::starting_at(7), VirtualTokens::starting_at(3), VirtualTokens::starting_at(9)];
+        assert_eq!((least_served(counts), least_served([])), (Some(3), None));
+    }
 }
