@@ -23,6 +23,7 @@
 //! - bounded: at most `max_devices` devices are remembered, plus any with work waiting (which
 //!   the LLM path's own queue bounds); beyond it the idle device seen longest ago is forgotten
 //!   (it would be lifted to the backlogged minimum on its return anyway).
+#![cfg_attr(not(test), deny(clippy::disallowed_methods))]
 
 use std::collections::HashMap;
 use std::sync::Arc;

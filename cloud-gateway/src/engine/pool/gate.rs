@@ -24,6 +24,7 @@
 //! Pure: the request, the workers' figures, the deadline and `now` are passed in, and the
 //! decision is returned; the shell (`super::EnginePool::admit`) reads the clock and the
 //! workers, publishes the gauges and sends the request.
+#![cfg_attr(not(test), deny(clippy::disallowed_methods))]
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -43,6 +43,7 @@
 //! the pool's places bound), idle ones least recently seen forgotten first; an idle device past
 //! its `window` is forgotten at once. Pure: `now` and the budget are passed in; the pool's
 //! admission gate ([`super::gate`]) holds it.
+#![cfg_attr(not(test), deny(clippy::disallowed_methods))]
 
 use std::collections::HashMap;
 use std::sync::Arc;
