@@ -133,6 +133,7 @@ impl Cloud for LinkCloud<'_> {
         let counters = self.session.counters();
         stats.full_syncs += counters.full_syncs;
         stats.context_missing += counters.context_missing;
+        stats.syncs_ahead += counters.syncs_ahead;
         stats.escalation_bytes = std::mem::take(&mut self.escalation_bytes);
         let c = self.link.counters();
         stats.bytes_sent = c.sent() - self.sent_at_start;

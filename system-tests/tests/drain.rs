@@ -148,10 +148,12 @@ async fn sigterm_on_the_replica_an_edge_uses_moves_it_to_the_other_and_exits_0_w
     let (status, exited) = exit.join().unwrap().expect("the drained replica exits");
     let survivor = 1 - victim;
     let after_survivor = escalations(&replicas[survivor]).await;
-    // The survivor answered every token from the move on (the first of them a Full resync). A
-    // delta prepared for the drained replica just as the link moved reaches the survivor, which
-    // answers ContextMissing, and the edge resends it Full: two frames for one token.
-    let resent = v["context_missing"].as_u64().unwrap_or(0) as usize;
+    // The survivor answered every token from the move on, and the resync of the context: sent
+    // ahead of the first of them when its prefill exceeds a token's deadline (`syncs_ahead`),
+    // else as that token's Full. A delta prepared for the drained replica just as the link
+    // moved reaches the survivor, which answers ContextMissing, and the edge resends it Full:
+    // two frames for one token.
+    let resent = v["context_missing"].as_u64().unwrap_or(0) as usize + v["syncs_ahead"].as_u64().unwrap_or(0) as usize;
     let moved_at = TOKENS - ((after_survivor - before[survivor]) as usize).saturating_sub(resent);
 
     assert!(status.success(), "the drained replica exits 0: {status:?}");

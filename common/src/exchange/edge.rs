@@ -142,6 +142,8 @@ pub struct ExchangeCounters {
     pub stale_replies: usize,
     /// Times the session continued under a new id after `OutOfOrder`/`Replayed`.
     pub renewed_session_ids: usize,
+    /// Contexts sent ahead of a hard token ([`EdgeSession::sync_ahead`]); each is also a full sync.
+    pub syncs_ahead: usize,
 }
 
 /// Next session id of this process. Small on purpose: bincode spends 1 byte on values below
@@ -274,7 +276,9 @@ impl EdgeSession {
         if whole < self.health.policy().max {
             return None;
         }
-        self.presync(&context[..context.len() - 1], link, now)
+        let ahead = self.presync(&context[..context.len() - 1], link, now)?;
+        self.counters.syncs_ahead += 1;
+        Some(ahead)
     }
 
     /// A hard token at `context` (the whole context before the position asked for): what to

@@ -139,6 +139,9 @@ pub struct DecodeStats {
     pub context_missing: usize,
     /// Escalations that carried the whole context (`Full`): the first, and each resync.
     pub full_syncs: usize,
+    /// Of those, contexts sent ahead of a hard token to a gateway that did not hold them (a
+    /// resync after a reconnect), not counting the prompt's pre-sync.
+    pub syncs_ahead: usize,
     /// Frame bytes (length prefix included) of the first escalation.
     pub first_escalation_bytes: usize,
     /// Average frame bytes of the escalations after the first.
@@ -184,6 +187,7 @@ impl Default for DecodeStats {
             rate_control: None,
             context_missing: 0,
             full_syncs: 0,
+            syncs_ahead: 0,
             first_escalation_bytes: 0,
             later_escalation_bytes_avg: 0.0,
             bytes_sent: 0,
@@ -222,6 +226,7 @@ impl DecodeStats {
         self.drafts.add(&other.drafts);
         self.context_missing += other.context_missing;
         self.full_syncs += other.full_syncs;
+        self.syncs_ahead += other.syncs_ahead;
     }
 
     pub(crate) fn finish(&mut self) {
