@@ -9,19 +9,16 @@
 //! stays responsive meanwhile and the queue fills for the next batch; work whose device left
 //! or whose deadline passed meanwhile is purged as new work arrives, not only between batches.
 //! After each batch the actor updates the [`Figures`] admission and readiness read, and each
-//! session's prefill state in the [`SessionLedger`] (what the backend has computed for it).
+//! session's prefill state in the [`SharedBook`] (what the backend has computed for it).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-use super::admission::{Cut, ReadinessPolicy};
 use super::backend::Backend;
-use super::figures::{Admitted, Figures, Learned, Readiness};
-use super::handle::BatchQueue;
-use super::ledger::SessionLedger;
+use super::book::SharedBook;
+use super::figures::Figures;
 use super::queue::{Batch, Escalation, PendingQueue, Prefill};
 use crate::dispatch::fair::{FairShare, DEFAULT_MAX_DEVICES};
 use crate::dispatch::{LlmError, LlmRequest, LlmToken, Outcome};
@@ -67,26 +64,16 @@ pub struct BatcherState {
     running_cost: usize,
     timer_armed: bool,
     figures: Arc<Figures>,
-    /// Each session's prefill state, which admission reads.
-    ledger: Arc<SessionLedger>,
+    /// What is admitted and each session's prefill state, which admission reads.
+    book: SharedBook,
     /// Sessions that ended while the backend was busy; applied when it returns.
     ended: Vec<SessionKey>,
 }
 
-/// Start the batcher around a backend, with the overload bounds of `overload` (cost cap per
-/// batch, readiness).
-///
-/// The backend first answers one one-token warm-up request: the first real escalation does
-/// not pay the runtime's lazy initialisation, and devices that connect before any traffic are
-/// told a measured service time instead of none (their first deadlines would be too short).
-pub async fn spawn_batcher_with(backend: Box<dyn Backend>, config: BatcherConfig, overload: OverloadConfig) -> anyhow::Result<BatchQueue> {
-    let (backend, warmup_ms, token_ms) = tokio::task::spawn_blocking(move || warm_up(backend)).await?;
-    let readiness = ReadinessPolicy { saturated_for: overload.ready_saturated_after, stalled_after: overload.ready_stalled_after };
-    let figures = Arc::new(Figures { admitted: Admitted::default(), learned: Learned::new(warmup_ms, token_ms), readiness: Readiness::new(readiness) });
-    let ledger = Arc::new(SessionLedger::default());
-    let (actor, _handle) = Actor::spawn(None, Batcher, (backend, config, overload, figures.clone(), ledger.clone())).await?;
-    let cut = Cut { max_batch: config.max_batch.max(1), max_batch_tokens: overload.max_batch_tokens.max(1) };
-    Ok(BatchQueue { actor, figures, ledger, capacity: config.queue_capacity.max(1), cut, fair: overload.fair_share })
+/// Start the batcher actor around a warmed-up backend, publishing to `figures` and `book`.
+pub(super) async fn start(backend: Box<dyn Backend>, config: BatcherConfig, overload: OverloadConfig, figures: Arc<Figures>, book: SharedBook) -> anyhow::Result<ActorRef<BatcherMsg>> {
+    let (actor, _handle) = Actor::spawn(None, Batcher, (backend, config, overload, figures, book)).await?;
+    Ok(actor)
 }
 
 /// The LLM tokens a batch serves: `prefill` tokens of prefill and one generated per answered
@@ -110,7 +97,7 @@ const WARM_UP_PREFILL: usize = 32;
 /// One decode step on a one-token context of a throw-away session, then a 32-token prefill
 /// on another; returns the first's time in ms (0 if the backend failed, which the first real
 /// batch then reports) and the time per token of the second.
-fn warm_up(mut backend: Box<dyn Backend>) -> (Box<dyn Backend>, u32, f64) {
+pub(super) fn warm_up(mut backend: Box<dyn Backend>) -> (Box<dyn Backend>, u32, f64) {
     let session = SessionKey { device: Arc::from("gateway-warm-up"), session_id: 0 };
     let request = LlmRequest { session: session.clone(), context: Arc::from([0u32]), sampling: Default::default(), seq: 1, draft: Default::default() };
     let t = Instant::now();
@@ -188,7 +175,7 @@ impl BatcherState {
 
     /// Tell admission how many sessions wait to be warmed.
     fn publish_warming(&self) {
-        self.figures.admitted.warming.store(self.queue.warming(), Ordering::Relaxed);
+        self.book.lock().set_warming(self.queue.warming() > 0);
     }
 
     /// Start a batch if one is due, or arm the max-wait timer for when it will be.
@@ -219,22 +206,24 @@ impl BatcherState {
     fn finish_batch(&mut self, mut backend: Box<dyn Backend>, results: Vec<Result<LlmToken, LlmError>>, prefilled: Vec<bool>, backend_ms: f64) {
         self.figures.readiness.batch_done();
         let rows = self.running.len() + self.prefilling.len();
+        let mut book = self.book.lock();
         for (step, ok) in std::mem::take(&mut self.prefilling).into_iter().zip(prefilled) {
             if ok {
-                self.ledger.computed(&step.request.session, step.upto);
+                book.computed(&step.request.session, step.upto);
             } else {
-                self.ledger.forget_computed(&step.request.session);
+                book.forget_computed(&step.request.session);
             }
         }
         for (esc, result) in self.running.iter().zip(&results) {
             if result.is_ok() {
-                self.ledger.computed(esc.session(), esc.request.context.len());
+                book.computed(esc.session(), esc.request.context.len());
             }
         }
         for key in self.ended.drain(..) {
-            self.ledger.remove(&key);
+            book.remove(&key);
             backend.end_session(&key);
         }
+        drop(book);
         self.backend = Some(backend);
         self.figures.learned.observe(rows.max(1), self.running_cost.max(rows), backend_ms, !self.running.is_empty());
         metrics::histogram!("duet_gateway_backend_latency_seconds").record(backend_ms / 1e3);
@@ -248,7 +237,7 @@ impl BatcherState {
                 Err(e) => Outcome::Failed(e),
             });
         }
-        metrics::gauge!("duet_gateway_queue_depth").set(self.figures.admitted.in_flight.load(Ordering::Relaxed) as f64);
+        metrics::gauge!("duet_gateway_queue_depth").set(self.book.lock().rows() as f64);
     }
 }
 
@@ -264,9 +253,9 @@ fn fair_queue(queue: PendingQueue, config: BatcherConfig, overload: OverloadConf
 impl Actor for Batcher {
     type Msg = BatcherMsg;
     type State = BatcherState;
-    type Arguments = (Box<dyn Backend>, BatcherConfig, OverloadConfig, Arc<Figures>, Arc<SessionLedger>);
+    type Arguments = (Box<dyn Backend>, BatcherConfig, OverloadConfig, Arc<Figures>, SharedBook);
 
-    async fn pre_start(&self, _myself: ActorRef<Self::Msg>, (backend, config, overload, figures, ledger): Self::Arguments) -> Result<Self::State, ActorProcessingErr> {
+    async fn pre_start(&self, _myself: ActorRef<Self::Msg>, (backend, config, overload, figures, book): Self::Arguments) -> Result<Self::State, ActorProcessingErr> {
         Ok(BatcherState {
             queue: fair_queue(PendingQueue::new(config.max_batch, config.max_wait).with_token_cap(overload.max_batch_tokens), config, overload),
             backend: Some(backend),
@@ -275,7 +264,7 @@ impl Actor for Batcher {
             running_cost: 0,
             timer_armed: false,
             figures,
-            ledger,
+            book,
             ended: Vec::new(),
         })
     }
@@ -308,7 +297,7 @@ impl Actor for Batcher {
                 state.queue.end_session(&key, Instant::now());
                 match state.backend.as_mut() {
                     Some(b) => {
-                        state.ledger.remove(&key);
+                        state.book.lock().remove(&key);
                         b.end_session(&key)
                     }
                     None => state.ended.push(key),
@@ -316,61 +305,5 @@ impl Actor for Batcher {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::dispatch::{Dispatch, ModelFacts};
-    use std::time::Duration;
-
-    /// Answers every request with its context length, after `delay`.
-    struct SlowEcho(Duration);
-
-    impl Backend for SlowEcho {
-        fn name(&self) -> &str {
-            "slow-echo"
-        }
-        fn facts(&self) -> ModelFacts {
-            ModelFacts { llm_id: "slow-echo".into(), tokenizer_fingerprint: String::new(), vocab_size: 1 << 20, max_context: 1 << 20 }
-        }
-        fn next_tokens(&mut self, batch: &[LlmRequest]) -> Vec<Result<LlmToken, LlmError>> {
-            std::thread::sleep(self.0);
-            batch.iter().map(|r| Ok(LlmToken { token_id: r.context.len() as u32, logprob: 0.0, accepted: 0 })).collect()
-        }
-    }
-
-    fn request(session_id: u64, len: usize) -> LlmRequest {
-        let session = SessionKey { device: Arc::from("device"), session_id };
-        LlmRequest { session, context: vec![1; len].into(), sampling: Default::default(), seq: 1, draft: Default::default() }
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn ending_a_session_drops_its_queued_work_but_not_others() {
-        let config = BatcherConfig { max_batch: 1, max_wait: Duration::ZERO, queue_capacity: 16 };
-        let queue = spawn_batcher_with(Box::new(SlowEcho(Duration::from_millis(200))), config, OverloadConfig::default()).await.unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let running = queue.try_submit(request(1, 3), deadline, Instant::now()).unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let queued_same = queue.try_submit(request(1, 4), deadline, Instant::now()).unwrap();
-        let queued_other = queue.try_submit(request(2, 5), deadline, Instant::now()).unwrap();
-        queue.end_session(SessionKey { device: Arc::from("device"), session_id: 1 });
-        assert_eq!(queued_same.await.unwrap(), Outcome::SessionEnded);
-        assert!(matches!(running.await.unwrap(), Outcome::Token { token, .. } if token.token_id == 3), "the running batch finishes");
-        assert!(matches!(queued_other.await.unwrap(), Outcome::Token { token, .. } if token.token_id == 5));
-        assert_eq!(queue.in_flight(), 0);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn beyond_capacity_a_submission_is_refused_at_once() {
-        let config = BatcherConfig { max_batch: 1, max_wait: Duration::ZERO, queue_capacity: 1 };
-        let queue = spawn_batcher_with(Box::new(SlowEcho(Duration::from_millis(100))), config, OverloadConfig::default()).await.unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let first = queue.try_submit(request(1, 3), deadline, Instant::now()).unwrap();
-        assert!(queue.try_submit(request(2, 3), deadline, Instant::now()).is_err());
-        assert!(matches!(first.await.unwrap(), Outcome::Token { .. }));
-        assert_eq!(queue.in_flight(), 0);
-        assert!(queue.try_submit(request(2, 3), deadline, Instant::now()).is_ok(), "the slot is free again");
     }
 }

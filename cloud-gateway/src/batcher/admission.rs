@@ -38,7 +38,6 @@
 
 use std::time::{Duration, Instant};
 
-use super::ledger::SessionWork;
 pub use crate::dispatch::admission::{retry_after_ms, CostModel};
 use crate::dispatch::admission::within_deadline;
 use crate::dispatch::BusyReason;
@@ -89,6 +88,18 @@ impl Ahead {
             Ahead { rows: 1, long_rows: 1, long_tokens: cost, ..Ahead::default() }
         }
     }
+}
+
+/// One session's prefill state, as the batcher knows it: what the backend has computed and
+/// what the session's own admitted work (queued or running) will bring it to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionWork {
+    /// Tokens of the session's context the backend has computed (as far as the batcher knows).
+    pub computed: usize,
+    /// Context length the session's admitted work reaches (0 when none is admitted).
+    pub covered: usize,
+    /// The session's admitted work not answered yet, in the terms admission weighs.
+    pub pending: Ahead,
 }
 
 /// Tokens of prefill a new escalation with a context of `len` tokens costs, for a session whose

@@ -1,55 +1,23 @@
-//! The figures the batcher's actor writes and other tasks read without asking it: what is
-//! admitted (admission's "work ahead"), how fast the backend has been learned to be (the cost
-//! model, the service time announced in `Welcome`), and since when the batcher is saturated or
-//! stalled (`/readyz`). Atomics, so a connection reads them on its own task.
+//! The figures the batcher's actor writes and other tasks read without asking it: how fast the
+//! backend has been learned to be (the cost model, the service time announced in `Welcome`),
+//! and since when the batcher is saturated or stalled (`/readyz`). Atomics, so a connection
+//! reads them on its own task.
 //!
-//! The rules that read them are pure functions in [`super::admission`]; each session's
-//! prefill state is kept beside the queue, in [`super::ledger`].
+//! The rules that read them are pure functions in [`super::admission`]; what is admitted is
+//! kept in [`super::book`], under its own lock.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
-use super::admission::{self, Ahead, CostModel, Load, ReadinessPolicy};
+use super::admission::{self, CostModel, Load, ReadinessPolicy};
 
 /// Everything the batcher's figures hold.
 #[derive(Debug)]
 pub struct Figures {
-    /// What is admitted and not answered yet.
-    pub admitted: Admitted,
     /// The backend's speed as learned from its batches.
     pub learned: Learned,
     /// Saturation and stall stamps for `/readyz`.
     pub readiness: Readiness,
-}
-
-/// Work admitted and not yet answered; each count is held by the escalations' `Admission`s
-/// (released when they are answered or dropped, so the counts cannot leak).
-#[derive(Debug, Default)]
-pub struct Admitted {
-    /// Escalations admitted and not yet answered.
-    pub in_flight: Arc<AtomicUsize>,
-    /// Estimated tokens of prefill of those that fit one batch's cost cap.
-    pub queued_tokens: Arc<AtomicUsize>,
-    /// Escalations admitted and not yet answered that do not fit one batch (long prefills).
-    pub long_rows: Arc<AtomicUsize>,
-    /// Their estimated tokens of prefill.
-    pub long_tokens: Arc<AtomicUsize>,
-    /// Sessions waiting to be warmed (a warming step may run ahead of any escalation).
-    pub warming: AtomicUsize,
-}
-
-impl Admitted {
-    /// Everything admitted and not answered yet, in admission's terms.
-    pub fn ahead(&self) -> Ahead {
-        Ahead {
-            rows: self.in_flight.load(Ordering::Relaxed),
-            tokens: self.queued_tokens.load(Ordering::Relaxed),
-            long_rows: self.long_rows.load(Ordering::Relaxed),
-            long_tokens: self.long_tokens.load(Ordering::Relaxed),
-            warming: self.warming.load(Ordering::Relaxed) > 0,
-        }
-    }
 }
 
 /// The backend's speed, learned from the batches it ran.

@@ -27,9 +27,9 @@
 //!   leaves, answering nothing, so that its later escalations cost only their delta (without
 //!   it, a refused session's unprefilled context only grows, and it is refused for good).
 //!
-//! Admission (the bound on escalations in flight) is counted by an [`Admission`] each
-//! escalation carries: it is released when the escalation is answered or dropped, whichever
-//! path that takes, so the count cannot leak.
+//! Each escalation carries its admission's [`Ticket`] ([`super::book`]): released when the
+//! escalation is answered or dropped, whichever path that takes, so the admitted work cannot
+//! leak.
 //!
 //! Each escalation also carries its trace spans ([`Stages`]): `queue_wait` from submission to
 //! its batch, then `batch` (with the batch size) and under it `backend` (the backend call),
@@ -38,7 +38,6 @@
 #![cfg_attr(not(test), deny(clippy::disallowed_methods))]
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -46,53 +45,10 @@ use common::telemetry::TRACE_TARGET;
 use tokio::sync::oneshot;
 use tracing::field::Empty;
 
+use super::book::Ticket;
 use crate::dispatch::fair::FairShare;
 use crate::dispatch::{LlmRequest, Outcome};
 use crate::sessions::SessionKey;
-
-/// One slot of the admission bound: the in-flight count (and any other counts it was given,
-/// such as the estimated tokens of prefill queued) go down when this is dropped.
-#[derive(Debug)]
-pub struct Admission {
-    in_flight: Arc<AtomicUsize>,
-    counted: Vec<(Arc<AtomicUsize>, usize)>,
-    /// The session's share of the work, released with the rest.
-    claim: Option<super::ledger::SessionClaim>,
-}
-
-impl Admission {
-    /// Take a slot if fewer than `capacity` are taken; `None` means the queue is full.
-    pub fn try_take(in_flight: &Arc<AtomicUsize>, capacity: usize) -> Option<Self> {
-        let prev = in_flight.fetch_add(1, Ordering::AcqRel);
-        if prev >= capacity {
-            in_flight.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
-        Some(Self { in_flight: in_flight.clone(), counted: Vec::new(), claim: None })
-    }
-
-    /// Also add `n` to `counter` until this is dropped.
-    pub fn with_tokens(mut self, counter: &Arc<AtomicUsize>, n: usize) -> Self {
-        counter.fetch_add(n, Ordering::AcqRel);
-        self.counted.push((counter.clone(), n));
-        self
-    }
-
-    /// Also hold the session's claim on this work (its ledger entry) until this is dropped.
-    pub fn with_claim(mut self, claim: super::ledger::SessionClaim) -> Self {
-        self.claim = Some(claim);
-        self
-    }
-}
-
-impl Drop for Admission {
-    fn drop(&mut self) {
-        self.in_flight.fetch_sub(1, Ordering::AcqRel);
-        for (counter, n) in &self.counted {
-            counter.fetch_sub(*n, Ordering::AcqRel);
-        }
-    }
-}
 
 /// One admitted escalation, waiting for (or in) a batch.
 #[derive(Debug)]
@@ -107,7 +63,7 @@ pub struct Escalation {
     /// does not hold yet), at least 1; prefill chunks run ahead of it take this down.
     pub cost: usize,
     reply: oneshot::Sender<Outcome>,
-    admission: Option<Admission>,
+    ticket: Option<Ticket>,
     stages: Stages,
 }
 
@@ -128,7 +84,7 @@ impl Escalation {
     pub fn new(request: LlmRequest, deadline: Instant, enqueued: Instant) -> (Self, oneshot::Receiver<Outcome>) {
         let (reply, rx) = oneshot::channel();
         let stages = Stages { parent: tracing::Span::none(), stage: tracing::Span::none(), backend: tracing::Span::none() };
-        (Self { request, deadline, enqueued, cost: 1, reply, admission: None, stages }, rx)
+        (Self { request, deadline, enqueued, cost: 1, reply, ticket: None, stages }, rx)
     }
 
     /// Say how many tokens of its context (and draft) are still to run (clamped to 1..=their
@@ -167,9 +123,9 @@ impl Escalation {
         backend.record("backend_ms", backend_ms).record("ok", ok);
     }
 
-    /// Hold an admission slot until this escalation is answered or dropped.
-    pub fn with_admission(mut self, admission: Admission) -> Self {
-        self.admission = Some(admission);
+    /// Hold its admission's ticket until this escalation is answered or dropped.
+    pub fn with_ticket(mut self, ticket: Ticket) -> Self {
+        self.ticket = Some(ticket);
         self
     }
 
@@ -178,10 +134,10 @@ impl Escalation {
         self.reply.is_closed()
     }
 
-    /// Send its outcome. The admission slot is released first, so a device that reads the
-    /// answer and submits again at once finds the slot free.
+    /// Send its outcome. Its admitted work is released first, so a device that reads the
+    /// answer and submits again at once finds its place free.
     pub fn answer(mut self, outcome: Outcome) {
-        drop(self.admission.take());
+        drop(self.ticket.take());
         let _ = self.reply.send(outcome);
     }
 
@@ -496,6 +452,8 @@ impl PendingQueue {
 
 #[cfg(test)]
 mod tests {
+    use super::super::admission::CostModel;
+    use super::super::book::{Ask, BookRules, SharedBook};
     use super::*;
     use tokio::sync::oneshot::error::TryRecvError;
 
@@ -507,6 +465,20 @@ mod tests {
 
     /// An escalation of `session` (with a context whose length tells escalations apart),
     /// queued at `at`, due `ttl` later.
+    /// A book with `capacity` places and no cost bound that matters here.
+    fn book(capacity: usize) -> SharedBook {
+        let cut = super::super::admission::Cut { max_batch: 8, max_batch_tokens: usize::MAX };
+        SharedBook::new(BookRules { capacity, cut, fair: false })
+    }
+
+    /// `e` with its admission's ticket from `book`, if it has a place.
+    fn admitted(book: &SharedBook, e: Escalation) -> Option<Escalation> {
+        let model = CostModel { batch_ms: 0.0, token_ms: 0.0 };
+        let ask = Ask { session: &e.request.session, run_len: e.request.run_len(), now: e.enqueued, deadline: e.deadline, model, service_ms: 0 };
+        let (_, ticket) = book.admit(&ask).ok()?;
+        Some(e.with_ticket(ticket))
+    }
+
     fn esc(session: u64, len: usize, at: Instant, ttl: Duration) -> (Escalation, oneshot::Receiver<Outcome>) {
         let request = LlmRequest { session: key(session), context: vec![1; len].into(), sampling: Default::default(), seq: len as u32, draft: Default::default() };
         Escalation::new(request, at + ttl, at)
@@ -671,49 +643,49 @@ mod tests {
     #[test]
     fn a_cancelled_escalation_is_dropped_and_frees_its_admission() {
         let t0 = Instant::now();
-        let in_flight = Arc::new(AtomicUsize::new(0));
+        let book = book(2);
         let mut q = PendingQueue::new(8, WAIT);
         let (gone, gone_rx) = esc(1, 1, t0, Duration::from_secs(1));
-        q.push(gone.with_admission(Admission::try_take(&in_flight, 2).unwrap()));
+        q.push(admitted(&book, gone).expect("room"));
         let (kept, _kept_rx) = esc(2, 2, t0, Duration::from_secs(1));
-        q.push(kept.with_admission(Admission::try_take(&in_flight, 2).unwrap()));
-        assert!(Admission::try_take(&in_flight, 2).is_none(), "the queue is full");
+        q.push(admitted(&book, kept).expect("room"));
+        assert!(admitted(&book, esc(3, 1, t0, Duration::from_secs(1)).0).is_none(), "the queue is full");
         drop(gone_rx);
         let batch = q.cut(t0);
         assert_eq!(lens(&batch), [2]);
-        assert_eq!(in_flight.load(Ordering::Acquire), 1, "the cancelled one's slot is free, the running one holds its own");
+        assert_eq!(book.lock().rows(), 1, "the cancelled one's place is free, the running one holds its own");
         drop(batch);
-        assert_eq!(in_flight.load(Ordering::Acquire), 0, "a batch dropped unanswered (the batcher stopped) frees its slots too");
+        assert_eq!(book.lock().rows(), 0, "a batch dropped unanswered (the batcher stopped) frees its places too");
     }
 
     #[test]
     fn ending_a_session_answers_its_waiting_escalations_session_ended() {
         let t0 = Instant::now();
-        let in_flight = Arc::new(AtomicUsize::new(0));
+        let book = book(8);
         let mut q = PendingQueue::new(8, WAIT);
         let (a, mut a_rx) = esc(1, 1, t0, Duration::from_secs(1));
         let (b, mut b_rx) = esc(2, 2, t0, Duration::from_secs(1));
         let (c, mut c_rx) = esc(1, 3, t0, Duration::from_secs(1));
         for e in [a, b, c] {
-            q.push(e.with_admission(Admission::try_take(&in_flight, 8).unwrap()));
+            q.push(admitted(&book, e).expect("room"));
         }
         assert_eq!(q.end_session(&key(1), t0), 2);
         assert_eq!(a_rx.try_recv(), Ok(Outcome::SessionEnded));
         assert_eq!(c_rx.try_recv(), Ok(Outcome::SessionEnded));
         assert_eq!(b_rx.try_recv(), Err(TryRecvError::Empty));
-        assert_eq!(in_flight.load(Ordering::Acquire), 1);
+        assert_eq!(book.lock().rows(), 1);
         assert_eq!(lens(&q.cut(t0)), [2]);
     }
 
     #[test]
     fn answering_releases_the_admission_before_the_device_sees_the_answer() {
-        let in_flight = Arc::new(AtomicUsize::new(0));
+        let book = book(1);
         let (e, mut rx) = esc(1, 1, Instant::now(), Duration::from_secs(1));
-        let e = e.with_admission(Admission::try_take(&in_flight, 1).unwrap());
-        assert_eq!(in_flight.load(Ordering::Acquire), 1);
+        let e = admitted(&book, e).expect("room");
+        assert_eq!(book.lock().rows(), 1);
         e.answer(Outcome::Expired);
         assert_eq!(rx.try_recv(), Ok(Outcome::Expired));
-        assert_eq!(in_flight.load(Ordering::Acquire), 0);
+        assert_eq!(book.lock().rows(), 0);
     }
 
     #[test]
@@ -753,10 +725,10 @@ mod tests {
     #[test]
     fn a_long_prefill_whose_device_left_is_dropped_at_the_next_step() {
         let t0 = Instant::now();
-        let in_flight = Arc::new(AtomicUsize::new(0));
+        let book = book(8);
         let mut q = PendingQueue::new(16, WAIT).with_token_cap(256);
         let (huge, huge_rx) = costly(1, 4095, t0, Duration::from_secs(30));
-        q.push(huge.with_admission(Admission::try_take(&in_flight, 8).unwrap()));
+        q.push(admitted(&book, huge).expect("room"));
         let first = q.cut(t0);
         assert_eq!((first.prefills.len(), first.escalations.len(), first.cost), (1, 0, 256));
         drop(huge_rx); // the device left while the first step ran
@@ -766,7 +738,7 @@ mod tests {
         assert_eq!((lens(&next), next.prefills.len()), (vec![3], 0), "no more of the long one");
         drop(next);
         assert!(q.is_empty());
-        assert_eq!(in_flight.load(Ordering::Acquire), 0, "its admission is released with it");
+        assert_eq!(book.lock().rows(), 0, "its admission is released with it");
     }
 
     #[test]
