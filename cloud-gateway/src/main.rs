@@ -42,6 +42,7 @@ async fn main() -> anyhow::Result<()> {
     } else {
         let expected = expected_vocabulary(&args.engine_tokenizer())?;
         let (pool, facts) = connect(config.engines.pool.clone(), &expected, config.engines.startup_wait).await?;
+        let pool = pool.sharing(config.overload.fair_share);
         Gateway::start_with_engines(config, pool, facts).await?
     };
     eprintln!("cloud-gateway ready on quic://{} (http {:?})", gateway.local_addr()?, gateway.http_addr);

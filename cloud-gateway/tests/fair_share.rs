@@ -54,7 +54,7 @@ async fn a_light_device_is_served_while_a_heavy_one_floods() {
     // A queue of 16 places, batches of 4, 20 ms a batch: 24 sessions that escalate again as
     // soon as they are answered keep it full.
     let config = tuned(test_config(dir.path()), |c| c.batcher = BatcherConfig { max_batch: 4, max_wait: Duration::from_millis(2), queue_capacity: 16 });
-    assert!(config.overload.fair_share, "on by default");
+    assert!(config.overload.fair_share.is_on(), "on by default");
     let options = EmbeddedOptions { model: TINY_MODEL.into(), threads: 1, max_context: 512, ..EmbeddedOptions::default() };
     let tiny = tokio::task::spawn_blocking(move || EmbeddedBackend::load(&options)).await.unwrap().expect("the tiny model (deploy/models/prepare slm tiny)");
     let gateway = cloud_gateway::Gateway::start(config, Box::new(DelayBackend::new(tiny, Duration::from_millis(20)))).await.unwrap();

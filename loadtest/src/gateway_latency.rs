@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use cloud_gateway::config::{BatcherConfig, GatewayConfig, OverloadConfig};
+use cloud_gateway::config::{BatcherConfig, FairShareMode, GatewayConfig, OverloadConfig};
 use cloud_gateway::Gateway;
 use common::protocol::{encode_frame, ContextTracker, Frame, TraceContext, WireSampling};
 use edge_node::link::{Link, LinkConfig};
@@ -52,8 +52,8 @@ pub struct LatencyArgs {
     /// Share the batcher's queue between devices by the tokens each was served (the gateway's
     /// `--fair-share device`, its default), or `off`: oldest first, as before fair sharing
     /// existed (for same-run comparisons with older builds).
-    #[arg(long, default_value = "device", value_parser = ["device", "off"])]
-    pub fair_share: String,
+    #[arg(long, value_enum, default_value_t = FairShareMode::Device)]
+    pub fair_share: FairShareMode,
     /// Tokens appended between escalations.
     #[arg(long, default_value_t = 12)]
     pub delta: usize,
@@ -180,7 +180,7 @@ async fn measure(args: LatencyArgs) -> anyhow::Result<(Report, f64)> {
             max_wait: Duration::from_millis(args.max_wait_ms),
             queue_capacity: 100_000,
         },
-        overload: OverloadConfig { max_batch_tokens: args.max_batch_tokens, fair_share: args.fair_share != "off", ..base.overload },
+        overload: OverloadConfig { max_batch_tokens: args.max_batch_tokens, fair_share: args.fair_share, ..base.overload },
         ..base
     };
     // Devices run the default SLM; the stand-in LLM shares its tokenizer and vocabulary.

@@ -244,7 +244,7 @@ impl BatcherState {
 /// `queue`, sharing fairly between devices if `overload` says so, remembering idle devices up
 /// to the default bound (devices with work waiting are bounded by the queue's capacity).
 fn fair_queue(queue: PendingQueue, config: BatcherConfig, overload: OverloadConfig) -> PendingQueue {
-    match overload.fair_share {
+    match overload.fair_share.is_on() {
         true => queue.with_fair_share(DEFAULT_MAX_DEVICES.max(config.queue_capacity)),
         false => queue,
     }

@@ -42,7 +42,7 @@ pub(crate) async fn spawn_batcher_with(backend: Box<dyn Backend>, config: Batche
     let figures = Arc::new(Figures { learned: Learned::new(warmup_ms, token_ms), readiness: Readiness::new(readiness) });
     let capacity = config.queue_capacity.max(1);
     let cut = Cut { max_batch: config.max_batch.max(1), max_batch_tokens: overload.max_batch_tokens.max(1) };
-    let book = SharedBook::new(BookRules { capacity, cut, fair: overload.fair_share });
+    let book = SharedBook::new(BookRules { capacity, cut, fair: overload.fair_share.is_on() });
     let actor = actor::start(backend, config, overload, figures.clone(), book.clone()).await?;
     Ok(BatchQueue { actor, figures, book, capacity })
 }

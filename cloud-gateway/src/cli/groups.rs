@@ -286,7 +286,7 @@ impl OverloadArgs {
             stream_read_timeout: Duration::from_millis(self.stream_read_timeout_ms),
             max_buffered_bytes_per_connection: self.max_buffered_bytes_per_connection,
             max_buffered_bytes: self.max_buffered_bytes,
-            fair_share: self.fair_share.is_on(),
+            fair_share: self.fair_share,
         }
     }
 }

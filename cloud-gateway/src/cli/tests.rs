@@ -3,7 +3,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use super::*;
-use crate::config::{BatcherConfig, CertSource, RateLimit};
+use crate::config::{BatcherConfig, CertSource, FairShareMode, RateLimit};
 use crate::engine::pool::pick::Routing;
 use crate::engine::pool::PoolConfig;
 
@@ -75,9 +75,9 @@ fn overload_flags_map_onto_the_configuration() {
     ]);
     let config = args.gateway_config().unwrap();
     let o = config.overload;
-    assert!(!o.fair_share && !config.engines.pool.fair_share && config.engines.pool.fair_line);
+    assert!(o.fair_share == FairShareMode::Off && config.engines.pool.fair_line);
     let d = GatewayConfig::default();
-    assert!(d.overload.fair_share && !d.engines.pool.fair_line, "devices share fairly by default, without the engine path's line");
+    assert!(d.overload.fair_share == FairShareMode::Device && !d.engines.pool.fair_line, "devices share fairly by default, without the engine path's line");
     assert_eq!((o.max_batch_tokens, o.max_sessions, o.max_connections_per_source), (64, 1000, 8));
     assert_eq!((o.ready_saturated_after, o.ready_stalled_after, o.stream_read_timeout), (Duration::from_millis(1500), Duration::from_secs(9), Duration::from_millis(2500)));
     assert_eq!((o.max_buffered_bytes_per_connection, o.max_buffered_bytes), (200_000, 9_000_000));
@@ -217,7 +217,7 @@ fn the_engine_paths_line_is_an_engines_key_and_the_switches_take_the_same_words_
     let f = dir.path().join("gateway.toml");
     std::fs::write(&f, "[overload]\nfair-share = \"device\"\n[engines]\nfair-line = \"on\"\nengine-routing = \"round-robin\"\nengine-admission = \"cost\"\n").unwrap();
     let config = GatewayArgs::from_argv(argv(&["cloud-gateway", "--config", f.to_str().unwrap()])).unwrap().gateway_config().unwrap();
-    assert!(config.overload.fair_share && config.engines.pool.fair_line && config.engines.pool.admit_by_cost);
+    assert!(config.overload.fair_share == FairShareMode::Device && config.engines.pool.fair_line && config.engines.pool.admit_by_cost);
     assert_eq!(config.engines.pool.pick.routing, Routing::RoundRobin);
     std::fs::write(&f, "[overload]\nfair-line = \"on\"\n").unwrap();
     let err = GatewayArgs::from_argv(argv(&["cloud-gateway", "--config", f.to_str().unwrap()])).err().map(|e| format!("{e:#}")).unwrap_or_default();
@@ -226,5 +226,5 @@ fn the_engine_paths_line_is_an_engines_key_and_the_switches_take_the_same_words_
         assert!(GatewayArgs::try_parse_from(["cloud-gateway", bad]).is_err(), "{bad}");
     }
     let off = GatewayArgs::parse_from(["cloud-gateway", "--fair-share=off", "--engine-routing=sticky", "--engine-admission=off"]).gateway_config().unwrap();
-    assert!(!off.overload.fair_share && !off.engines.pool.admit_by_cost && off.engines.pool.pick.routing == Routing::Sticky);
+    assert!(off.overload.fair_share == FairShareMode::Off && !off.engines.pool.admit_by_cost && off.engines.pool.pick.routing == Routing::Sticky);
 }

@@ -19,6 +19,7 @@ use std::time::Duration;
 use common::protocol::DEFAULT_MAX_FRAME_BYTES;
 use model_runtime::model_files::duet_home;
 
+pub use crate::dispatch::fair::FairShareMode;
 pub use crate::engine::pool::PoolConfig;
 pub use crate::identity::rate::RateLimit;
 
@@ -219,7 +220,8 @@ pub struct OverloadConfig {
     /// Share the LLM fairly between devices when more work waits than it can run at once:
     /// the device served the fewest LLM tokens goes next, and a device over its share hears
     /// `Busy` first (`dispatch::fair`). Off: oldest first, every device's work weighed alike.
-    pub fair_share: bool,
+    /// Both LLM paths read it here: the batcher and the engine pool.
+    pub fair_share: FairShareMode,
 }
 
 impl Default for OverloadConfig {
@@ -233,27 +235,8 @@ impl Default for OverloadConfig {
             stream_read_timeout: Duration::from_secs(10),
             max_buffered_bytes_per_connection: 1 << 20,
             max_buffered_bytes: 256 << 20,
-            fair_share: true,
+            fair_share: FairShareMode::Device,
         }
-    }
-}
-
-/// `--fair-share`: how the LLM is shared between devices under overload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-#[value(rename_all = "kebab-case")]
-pub enum FairShareMode {
-    /// The device served the fewest LLM tokens first; a device over its share hears `Busy` first.
-    #[default]
-    Device,
-    /// Oldest first, every device's work weighed alike.
-    Off,
-}
-
-impl FairShareMode {
-    /// Whether devices share fairly.
-    pub fn is_on(self) -> bool {
-        self == Self::Device
     }
 }
 

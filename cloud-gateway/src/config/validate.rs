@@ -60,8 +60,6 @@ impl GatewayConfig {
         self.sessions.idle = self.sessions.idle.max(Duration::from_secs(1));
         let o = &mut self.overload;
         o.max_batch_tokens = o.max_batch_tokens.max(1);
-        // The engine pool shares its workers' time as the batcher shares its queue.
-        self.engines.pool.fair_share = o.fair_share;
         o.max_sessions = o.max_sessions.max(1);
         o.max_connections_per_source = o.max_connections_per_source.max(1);
         o.stream_read_timeout = o.stream_read_timeout.max(Duration::from_millis(100));

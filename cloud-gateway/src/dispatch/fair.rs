@@ -29,6 +29,25 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// `--fair-share`: how the LLM is shared between devices under overload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[value(rename_all = "kebab-case")]
+pub enum FairShareMode {
+    /// The device served the fewest LLM tokens first; a device over its share hears `Busy` first.
+    #[default]
+    Device,
+    /// Oldest first, every device's work weighed alike.
+    Off,
+}
+
+impl FairShareMode {
+    /// Whether devices share fairly.
+    pub fn is_on(self) -> bool {
+        self == Self::Device
+    }
+}
+
 /// Devices remembered by default while idle (a forgotten device loses only a debt above the
 /// backlogged minimum).
 pub const DEFAULT_MAX_DEVICES: usize = 4096;

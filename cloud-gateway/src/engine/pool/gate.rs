@@ -120,6 +120,11 @@ impl Gate {
         Self { rules, share: WorkShare::new(crate::dispatch::fair::DEFAULT_MAX_DEVICES, share::DEFAULT_WINDOW), sessions: HashMap::new() }
     }
 
+    /// Share fairly between devices or not, from now on.
+    pub fn set_fair_share(&mut self, on: bool) {
+        self.rules.fair_share = on;
+    }
+
     /// Admit `escalation` at `now` to one of `workers` (in its session's rendezvous order), or
     /// refuse it `Busy`: for its device's share, for the workers' room or for its cost before
     /// `deadline` (see the module docs). `rr` is the round-robin counter's value, `service_ms`

@@ -57,6 +57,7 @@ use self::pick::{rendezvous_order, PickPolicy};
 pub use self::worker::{Worker, WorkerSet};
 use super::client::EngineClient;
 use super::{EngineError, EngineSpec};
+use crate::dispatch::fair::FairShareMode;
 use crate::dispatch::admission::CostModel;
 use crate::dispatch::{Busy, LlmRequest};
 use crate::sessions::SessionKey;
@@ -85,13 +86,7 @@ pub struct PoolConfig {
     pub resolve_interval: Duration,
     /// How long an address whose start-up check failed stays out before it is checked again.
     pub refused_retry: Duration,
-    /// Share the workers' time fairly between devices: once half the tokens they can run before
-    /// a deadline are in flight, a device over its fair share of them is refused first
-    /// ([`share`]); the gateway's `[overload] fair-share` sets it (its batcher shares by the
-    /// same switch). Only with `admit_by_cost`: the tokens that fit a deadline are the cost
-    /// model's.
-    pub fair_share: bool,
-    /// With `fair_share`: a device refused for cost while within its share waits in line
+    /// With fair sharing ([`EnginePool::sharing`]): a device refused for cost while within its share waits in line
     /// ([`share`]); the gateway's `[engines] fair-line` sets it.
     pub fair_line: bool,
     /// Refuse `Busy` at once an escalation no worker's queue lets be answered before its
@@ -113,7 +108,6 @@ impl Default for PoolConfig {
             health: HealthConfig::default(),
             resolve_interval: Duration::from_secs(5),
             refused_retry: Duration::from_secs(30),
-            fair_share: true,
             fair_line: false,
             admit_by_cost: true,
         }
@@ -171,7 +165,7 @@ impl EnginePool {
         let rules = Rules {
             max_in_flight_per_worker: config.max_in_flight_per_worker,
             admit_by_cost: config.admit_by_cost,
-            fair_share: config.fair_share,
+            fair_share: true,
             fair_line: config.fair_line,
             pick: config.pick,
         };
@@ -273,6 +267,16 @@ impl EnginePool {
     /// A session ended: forget which worker holds its context, and its device's last ask.
     pub fn forget(&self, session: &SessionKey) {
         self.gate().forget(session);
+    }
+
+    /// How the workers' time is shared between devices: with [`FairShareMode::Device`] (the
+    /// default), once half the tokens they can run before a deadline are in flight, a device
+    /// over its fair share of them is refused first ([`share`]; only with admission by cost,
+    /// whose model says what fits a deadline). The gateway passes its `[overload] fair-share`,
+    /// the switch its batcher shares by.
+    pub fn sharing(self, mode: FairShareMode) -> Self {
+        self.gate().set_fair_share(mode.is_on());
+        self
     }
 
     /// The gate, locked.
