@@ -8,7 +8,8 @@
 //! (admission by cost, queue and cut policy, the actor that owns an in-process
 //! [`batcher::backend`], the embedded ONNX LLM) or [`engine`] (the pool of external engines:
 //! SGLang, vLLM, llama.cpp). [`state`] is what connections share, [`config`] every setting,
-//! `server` wires it all and [`http`] is the operator's side port; [`drain`] takes the gateway
+//! `server` wires it all and [`http`] is the operator's side port; `limits` bounds what peers
+//! can make the transport hold; [`drain`] takes the gateway
 //! down gracefully; [`cli`] maps the binary's flags onto [`config::GatewayConfig`].
 //! [`identity`] says who a device is (mutual TLS with a fleet CA, or the dev mode's claimed
 //! id), with revocation and a per-device rate limit; [`ca_command`] is the operator's admin
@@ -26,6 +27,7 @@ pub mod fleet;
 pub mod fleet_command;
 pub mod http;
 pub mod identity;
+pub(crate) mod limits;
 mod memory;
 mod server;
 pub mod sessions;

@@ -62,7 +62,7 @@ impl Gateway {
     }
 
     async fn start_with(config: GatewayConfig, facts: ModelFacts, llm: Arc<dyn Dispatch>, mut tasks: Vec<JoinHandle<()>>) -> anyhow::Result<Self> {
-        let identities = Arc::new(Identities::load(&config)?);
+        let identities = Arc::new(Identities::load(&config.identity, config.transport.max_connections)?);
         let endpoint = listener::bind(&config, identities.client_verifier())?;
         tasks.extend(identities.spawn_reloader());
         let fleet = Arc::new(crate::fleet::Fleet::from_config(&config.fleet, config.transport.max_frame_bytes)?);

@@ -21,7 +21,7 @@ use crate::config::GatewayConfig;
 use crate::fleet::Fleet;
 use crate::identity::Identities;
 use crate::sessions::SessionStore;
-use crate::transport::limits::{BufferBudget, SourceLimiter};
+use crate::limits::{BufferBudget, SourceLimiter};
 
 /// State shared by the listener, every connection actor and the HTTP port.
 pub struct Shared {

@@ -76,13 +76,6 @@ pub(super) async fn start(backend: Box<dyn Backend>, config: BatcherConfig, over
     Ok(actor)
 }
 
-/// The LLM tokens a batch serves: `prefill` tokens of prefill and one generated per answered
-/// escalation (`answered`).
-pub(crate) fn count_served(prefill: usize, answered: usize) {
-    metrics::counter!("duet_gateway_llm_tokens_total", "kind" => "prefill").increment(prefill as u64);
-    metrics::counter!("duet_gateway_llm_tokens_total", "kind" => "generated").increment(answered as u64);
-}
-
 /// How the devices share the LLM now: devices with work waiting, and how far the most-served
 /// of them is ahead of the least-served (a per-device series would be one per device).
 pub(crate) fn publish_fair(fair: &FairShare) {
@@ -135,7 +128,7 @@ impl BatcherState {
         }
         metrics::histogram!("duet_gateway_batch_size").record(batch.len() as f64);
         metrics::histogram!("duet_gateway_batch_tokens").record(cost as f64);
-        count_served(cost, batch.len());
+        crate::dispatch::count_served(cost, batch.len());
         if let Some(fair) = self.queue.fair() {
             publish_fair(fair);
         }

@@ -21,7 +21,6 @@ mod queue;
 
 use std::sync::Arc;
 
-pub(crate) use actor::count_served;
 use admission::{Cut, ReadinessPolicy};
 use backend::Backend;
 use book::{BookRules, SharedBook};

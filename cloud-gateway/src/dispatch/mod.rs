@@ -126,3 +126,10 @@ impl Dispatcher {
         self.path.stop();
     }
 }
+
+/// The LLM tokens served, whichever path served them: `prefill` tokens of prefill and one
+/// generated per answered escalation (`answered`), as `duet_gateway_llm_tokens_total`.
+pub(crate) fn count_served(prefill: usize, answered: usize) {
+    metrics::counter!("duet_gateway_llm_tokens_total", "kind" => "prefill").increment(prefill as u64);
+    metrics::counter!("duet_gateway_llm_tokens_total", "kind" => "generated").increment(answered as u64);
+}

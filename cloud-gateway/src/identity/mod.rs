@@ -27,6 +27,7 @@ pub(crate) mod cert;
 pub mod crl;
 pub(crate) mod rate;
 pub mod registry;
+mod config;
 mod reload;
 pub mod revoked;
 mod verifier;
@@ -41,8 +42,8 @@ use rustls::pki_types::CertificateDer;
 use rustls::server::danger::ClientCertVerifier;
 use tokio::task::JoinHandle;
 
-use crate::config::GatewayConfig;
 use cert::parse_device_cert;
+pub use config::IdentityConfig;
 use crl::CrlSet;
 use rate::DeviceRateLimiter;
 use registry::{Identity, Registry};
@@ -70,9 +71,9 @@ pub struct Identities {
 impl Identities {
     /// Load what `config` names: the client CA (mutual TLS) and the deny list. A deny-list
     /// file that does not exist yet is an empty list (`fleet revoke` creates it); one that does
-    /// not parse stops the gateway.
-    pub fn load(config: &GatewayConfig) -> anyhow::Result<Self> {
-        let list = match &config.identity.revoked_file {
+    /// not parse stops the gateway. Rate buckets are kept for twice `max_connections` devices.
+    pub fn load(config: &IdentityConfig, max_connections: usize) -> anyhow::Result<Self> {
+        let list = match &config.revoked_file {
             Some(path) if path.exists() => DenyList::load(path)?,
             Some(path) => {
                 tracing::warn!(path = %path.display(), "the deny list does not exist yet: nothing revoked");
@@ -81,7 +82,7 @@ impl Identities {
             None => DenyList::default(),
         };
         let deny = Arc::new(DenyCell::new(list));
-        let crl_files = config.identity.client_crls.clone();
+        let crl_files = config.client_crls.clone();
         // As with the deny list, a CRL not written yet revokes nothing (`ca revoke --crl`
         // creates it, and the reloader reads it once it appears); one that does not parse
         // stops the gateway.
@@ -90,7 +91,7 @@ impl Identities {
             tracing::warn!(path = %missing.display(), "the CRL does not exist yet: nothing revoked by it");
         }
         let crls = CrlSet::load(&present)?;
-        let verifier = match &config.identity.client_ca {
+        let verifier = match &config.client_ca {
             Some(ca) => {
                 let v = DeviceCertVerifier::load(ca, deny.clone(), crls.ders.clone())?;
                 if !crl_files.is_empty() {
@@ -101,7 +102,7 @@ impl Identities {
             }
             None => None,
         };
-        let device_tokens = match &config.identity.device_token_secret {
+        let device_tokens = match &config.device_token_secret {
             Some(path) => {
                 let key = DeviceTokenKey::load(path)?;
                 tracing::info!(secret = %path.display(), "per-device tokens: a device's token must be the one issued for the id it claims");
@@ -110,18 +111,18 @@ impl Identities {
             None => None,
         };
         if verifier.is_none() && device_tokens.is_none() {
-            let how = if config.identity.auth_token.is_some() { "the shared --auth-token" } else { "nothing (no --auth-token either)" };
+            let how = if config.auth_token.is_some() { "the shared --auth-token" } else { "nothing (no --auth-token either)" };
             tracing::warn!("no --client-ca or --device-token-secret: device identity is UNVERIFIED (dev mode): a device is whatever its Hello claims, checked by {how}");
         }
-        let max_buckets = config.transport.max_connections.saturating_mul(2).max(1024);
+        let max_buckets = max_connections.saturating_mul(2).max(1024);
         Ok(Self {
             verifier,
             device_tokens,
             deny,
             registry: Arc::default(),
-            rate: DeviceRateLimiter::new(config.identity.device_rate, max_buckets),
-            revoked_file: config.identity.revoked_file.clone(),
-            revoked_poll: config.identity.revoked_poll,
+            rate: DeviceRateLimiter::new(config.device_rate, max_buckets),
+            revoked_file: config.revoked_file.clone(),
+            revoked_poll: config.revoked_poll,
             crl_files,
             crls: RwLock::new(Arc::new(crls)),
         })

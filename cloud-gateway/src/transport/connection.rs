@@ -39,7 +39,7 @@ use common::telemetry::TRACE_TARGET;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::field::Empty;
 
-use super::limits::{ConnectionBudget, SourceGuard};
+use crate::limits::{ConnectionBudget, SourceGuard};
 use super::read::{read_frame, read_request_frame};
 use crate::dispatch::{Busy, LlmRequest, Outcome};
 use crate::identity::registry::Identity;

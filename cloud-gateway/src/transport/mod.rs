@@ -5,7 +5,6 @@
 
 pub(crate) mod connection;
 pub(crate) mod dev_cert;
-pub(crate) mod limits;
 pub(crate) mod listener;
 pub(crate) mod read;
 pub mod tls;

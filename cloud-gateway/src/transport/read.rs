@@ -8,13 +8,13 @@
 //! ([`read_request_frame`] also returns the trace context an `Escalate` may carry).
 //!
 //! A request stream is also bounded in time and shares its connection's byte budget
-//! ([`super::limits::BufferBudget`]): one that has not delivered its frame within the read
+//! ([`crate::limits::BufferBudget`]): one that has not delivered its frame within the read
 //! timeout, or whose bytes would take its connection (or the gateway) past the budget, is
 //! stopped and its bytes freed, so partial frames cannot pin memory.
 
 use common::protocol::{CodecError, Frame, FrameDecoder, TraceContext, LENGTH_PREFIX_BYTES};
 
-use super::limits::{ConnectionBudget, OverBudget};
+use crate::limits::{ConnectionBudget, OverBudget};
 
 /// Why a request stream was given up without an answer.
 #[derive(Debug, thiserror::Error)]

@@ -141,7 +141,7 @@ impl EnginePool {
         }
         let prefilled = reply.prompt_tokens.map_or(0, |p| p.saturating_sub(reply.cached_tokens.unwrap_or(0)));
         let answered = if drafted > 0 { accepted + 1 } else { reply.tokens.len() };
-        crate::batcher::count_served(prefilled as usize, answered);
+        crate::dispatch::count_served(prefilled as usize, answered);
         let ms = seconds * 1e3;
         let prev = f64::from(self.service_ms.load(Ordering::Relaxed));
         let ewma = if prev == 0.0 { ms } else { 0.8 * prev + 0.2 * ms };

@@ -1,7 +1,10 @@
-//! Bounds on what peers can make the transport hold, whatever they send: connections per
+//! Bounds on what peers can make the gateway's transport hold, whatever they send: connections per
 //! source address ([`SourceLimiter`]) and bytes buffered in unfinished frames, per connection
 //! and in total ([`BufferBudget`]). The stream read timeout that goes with the byte budget is
-//! applied where streams are read ([`super::read::read_request_frame`]).
+//! applied where streams are read (`transport::read`).
+//!
+//! A leaf of its own: the shared state holds the limiters and the transport applies them, so
+//! neither imports the other for them.
 //!
 //! Measured without them (BENCHMARKS.md, "Gateway under abuse and overload"): 10,000 idle connections from one host locked new
 //! devices out, and 30 connections holding partial frames on every stream pinned 2.1 GB.
