@@ -176,7 +176,7 @@ pub fn run(argv: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use edge_node::router_file::{feature_width, Calibration, MlpRouterModel, MlpWeights, RouterMeta, FEATURE_SPEC, FORMAT_VERSION};
+    use edge_node::routing::router_file::{feature_width, Calibration, MlpRouterModel, MlpWeights, RouterMeta, FEATURE_SPEC, FORMAT_VERSION};
 
     use super::*;
     use crate::fleet::store::{load_snapshot, read_rollout_bytes, PUBLIC_KEY_FILE, SIGNING_KEY_FILE};

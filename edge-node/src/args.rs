@@ -13,9 +13,9 @@ use model_runtime::{CausalLm, LmOptions};
 
 use crate::decode::{DraftMode, RateControl};
 use crate::link::{Link, LinkConfig};
-use crate::router::{ConfidenceRouter, MlpRouter, Router};
-use crate::router_file::{Calibration, MlpRouterModel};
-use crate::shipped_router::{shipped_name, shipped_router, DEFAULT_ESCALATION_RATE};
+use crate::routing::router::{ConfidenceRouter, MlpRouter, Router};
+use crate::routing::router_file::{Calibration, MlpRouterModel};
+use crate::routing::shipped_router::{shipped_name, shipped_router, DEFAULT_ESCALATION_RATE};
 use common::exchange::LinkHealth;
 
 /// Which model to load and how to run it.
@@ -304,7 +304,7 @@ pub fn link_config(cloud: &CloudArgs, tok: &Tokenizer, slm_id: &str) -> anyhow::
         insecure: cloud.insecure,
         auth_token: cloud.auth_token.clone(),
         client_identity: match (&cloud.client_cert, &cloud.client_key) {
-            (Some(cert), Some(key)) => Some(crate::tls::ClientIdentity { cert: cert.clone(), key: key.clone() }),
+            (Some(cert), Some(key)) => Some(crate::link::tls::ClientIdentity { cert: cert.clone(), key: key.clone() }),
             _ => None,
         },
         slm_id: slm_id.to_string(),

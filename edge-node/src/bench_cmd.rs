@@ -75,12 +75,12 @@ struct Report {
 fn time_router(which: &str, lm: &mut CausalLm, tok: &model_runtime::tokenizer::Tokenizer, cache: &mut KvCache, step_ms: f64) -> anyhow::Result<RouterCost> {
     let (model, name) = edge_node::args::trained_router(which, lm.manifest(), tok.fingerprint())?
         .ok_or_else(|| anyhow::anyhow!("--router {which}: no trained router to time for {}", lm.manifest().id))?;
-    let mut router = edge_node::router::MlpRouter::from_model(model);
+    let mut router = edge_node::routing::router::MlpRouter::from_model(model);
     cache.clear();
     let out = lm.forward(cache, &filler(tok, 64)?)?;
     let dist = common::sampling::distribution_stats(&out.logits)?;
-    let input = edge_node::router::RouterInput { hidden: &out.hidden, stats: &dist };
-    use edge_node::router::Router;
+    let input = edge_node::routing::router::RouterInput { hidden: &out.hidden, stats: &dist };
+    use edge_node::routing::router::Router;
     let n = 2000;
     let mut sink = 0.0f32;
     let (mut plain, mut with_stats) = (Vec::new(), Vec::new());
@@ -93,7 +93,7 @@ fn time_router(which: &str, lm: &mut CausalLm, tok: &model_runtime::tokenizer::T
         let t = Instant::now();
         for _ in 0..n / 10 {
             let d = common::sampling::distribution_stats(std::hint::black_box(&out.logits))?;
-            sink += router.confidence(&edge_node::router::RouterInput { hidden: &out.hidden, stats: &d });
+            sink += router.confidence(&edge_node::routing::router::RouterInput { hidden: &out.hidden, stats: &d });
         }
         with_stats.push(t.elapsed().as_secs_f64() * 1e6 / (n / 10) as f64);
     }

@@ -11,7 +11,7 @@ use common::protocol::WireSampling;
 use edge_node::args::{build_router_with_calibration, connect, rate_controller, CloudArgs, ModelArgs, SamplingArgs};
 use edge_node::decode::{decode, DecodeParams, DecodeStats, Emitted, NoCloud, OnnxSlm, TokenSource};
 use edge_node::link::next_session_id;
-use edge_node::link_cloud::LinkCloud;
+use edge_node::link::link_cloud::LinkCloud;
 use model_runtime::chat::{render, Message, Role};
 use model_runtime::detokenize::StreamDecoder;
 use model_runtime::tokenizer::Tokenizer;

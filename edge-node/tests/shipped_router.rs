@@ -6,8 +6,8 @@ use std::ops::ControlFlow;
 
 use edge_node::args::trained_router;
 use edge_node::decode::{decode, DecodeParams, NoCloud, OnnxSlm};
-use edge_node::router::MlpRouter;
-use edge_node::shipped_router::{shipped_name, DEFAULT_ESCALATION_RATE};
+use edge_node::routing::router::MlpRouter;
+use edge_node::routing::shipped_router::{shipped_name, DEFAULT_ESCALATION_RATE};
 use model_runtime::chat::render_user;
 use model_runtime::model_files::{ModelFiles, DEFAULT_SLM};
 use model_runtime::tokenizer::Tokenizer;

@@ -22,7 +22,7 @@ use cloud_gateway::config::{GatewayConfig, IdentityConfig};
 use cloud_gateway::identity::ca::{init_ca, FleetCa};
 use cloud_gateway::Gateway;
 use common::protocol::{decode_frame, encode_frame, Frame, PROTOCOL_VERSION};
-use edge_node::tls::ClientIdentity;
+use edge_node::link::tls::ClientIdentity;
 use model_runtime::model_files::{ModelFiles, DEFAULT_SLM};
 use serde::Serialize;
 
@@ -117,11 +117,11 @@ async fn measure(args: HandshakeArgs) -> anyhow::Result<()> {
     let keep_alive = Duration::from_secs(5);
     // The edge's own TLS set-up, with session resumption off unless asked for.
     let client = |identity: Option<&ClientIdentity>, resume: bool| -> anyhow::Result<quinn::ClientConfig> {
-        let mut tls = edge_node::tls::client_tls(Some(&server_cert), false, identity)?;
+        let mut tls = edge_node::link::tls::client_tls(Some(&server_cert), false, identity)?;
         if !resume {
             tls.resumption = quinn::rustls::client::Resumption::disabled();
         }
-        edge_node::tls::quic_client_config(tls, edge_node::tls::QuicTimers { keep_alive, idle_timeout: edge_node::tls::DEFAULT_IDLE_TIMEOUT })
+        edge_node::link::tls::quic_client_config(tls, edge_node::link::tls::QuicTimers { keep_alive, idle_timeout: edge_node::link::tls::DEFAULT_IDLE_TIMEOUT })
     };
     let mut mtls_clients = Vec::new();
     for d in 0..concurrency {

@@ -26,7 +26,7 @@ pub struct LabelsHeader {
     pub llm_id: String,
     /// The shared tokenizer's fingerprint.
     pub tokenizer_fingerprint: String,
-    /// `edge_node::router_file::FEATURE_SPEC`.
+    /// `edge_node::routing::router_file::FEATURE_SPEC`.
     pub feature_spec: String,
     /// Width of the SLM's hidden state.
     pub hidden_size: usize,

@@ -12,7 +12,7 @@ use anyhow::{bail, Context};
 use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{Module, Optimizer, VarBuilder, VarMap};
 use clap::Args;
-use edge_node::router_file::{feature_width, features_into, Calibration, MlpRouterModel, MlpWeights, RouterMeta, FEATURE_SPEC, FORMAT_VERSION};
+use edge_node::routing::router_file::{feature_width, features_into, Calibration, MlpRouterModel, MlpWeights, RouterMeta, FEATURE_SPEC, FORMAT_VERSION};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -623,7 +623,7 @@ fn on_policy_scores(slm_id: &str, chosen: &[crate::tasks::TaskItem], model: &mut
         let params = DecodeParams { max_new_tokens: if code { 256 } else { 96 }, tau: 0.0, rate_control: None };
         let prompt = tok.encode(&model_runtime::chat::render_user(&item.user))?;
         let mut generated = Vec::new();
-        rt.block_on(decode(&mut slm, &mut edge_node::router::ConfidenceRouter, &mut NoCloud, &prompt, params, |e| {
+        rt.block_on(decode(&mut slm, &mut edge_node::routing::router::ConfidenceRouter, &mut NoCloud, &prompt, params, |e| {
             if let Some(p) = e.proposal {
                 conf.push(model.confidence(p.hidden, p.stats.top_prob, p.stats.entropy));
                 top.push(p.stats.top_prob);

@@ -286,7 +286,7 @@ async fn a_v1_device_is_served_through_the_drain_and_closed_at_its_end_while_v2_
     assert!(tokio::time::timeout(Duration::from_millis(200), old.accept_uni()).await.is_err(), "no stream pushed to a v1 device");
     assert!(matches!(ask(&old, &escalate(0, vec![1, 2, 3])).await, Frame::Token { seq: 0, .. }));
     // New devices are refused.
-    let client = edge_node::tls::client_config(Some(&ca), false, Duration::from_secs(1)).unwrap();
+    let client = edge_node::link::tls::client_config(Some(&ca), false, Duration::from_secs(1)).unwrap();
     let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
     endpoint.set_default_client_config(client);
     assert!(endpoint.connect(addr, "localhost").unwrap().await.is_err(), "refused while draining");

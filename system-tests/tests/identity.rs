@@ -26,7 +26,7 @@ use cloud_gateway::identity::revoked;
 use cloud_gateway::sessions::SessionKey;
 use cloud_gateway::Gateway;
 use common::protocol::{decode_frame, encode_frame, ContextSync, ErrorCode, Frame, RejectReason, WireSampling, DEFAULT_MAX_FRAME_BYTES, PROTOCOL_VERSION};
-use edge_node::tls::ClientIdentity;
+use edge_node::link::tls::ClientIdentity;
 use replicas::HashBackend;
 use support::raw::ask;
 use support::*;
@@ -114,7 +114,7 @@ fn refusal(conn: Option<&quinn::Connection>, e: impl std::fmt::Display) -> Refus
 
 /// Connect with `identity` (none: no client certificate), say `Hello` claiming `claimed`.
 async fn connect(addr: SocketAddr, server_cert: &Path, identity: Option<&ClientIdentity>, claimed: &str) -> Result<quinn::Connection, Refusal> {
-    let client = edge_node::tls::client_config_with_identity(Some(server_cert), false, edge_node::tls::QuicTimers { keep_alive: Duration::from_secs(1), idle_timeout: edge_node::tls::DEFAULT_IDLE_TIMEOUT }, identity).unwrap();
+    let client = edge_node::link::tls::client_config_with_identity(Some(server_cert), false, edge_node::link::tls::QuicTimers { keep_alive: Duration::from_secs(1), idle_timeout: edge_node::link::tls::DEFAULT_IDLE_TIMEOUT }, identity).unwrap();
     let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
     endpoint.set_default_client_config(client);
     let conn = match endpoint.connect(addr, "localhost").unwrap().await {

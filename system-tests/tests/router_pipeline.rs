@@ -126,19 +126,19 @@ fn router_for_another_slm_is_refused() {
     // A router file made for the real SLM but with another tokenizer fingerprint, written
     // through the library (training one is what the test above does).
     let path = dir.path().join("r.safetensors");
-    let meta = edge_node::router_file::RouterMeta {
-        format: edge_node::router_file::FORMAT_VERSION,
+    let meta = edge_node::routing::router_file::RouterMeta {
+        format: edge_node::routing::router_file::FORMAT_VERSION,
         slm_id: "qwen2.5-coder-0.5b-instruct".into(),
         tokenizer_fingerprint: "not-this-one".into(),
-        feature_spec: edge_node::router_file::FEATURE_SPEC.into(),
+        feature_spec: edge_node::routing::router_file::FEATURE_SPEC.into(),
         feature_width: 898,
         mlp_hidden: 2,
         calibration: Default::default(),
         confidence_calibration: Default::default(),
         training: serde_json::Value::Null,
     };
-    let w = edge_node::router_file::MlpWeights { mean: vec![0.0; 898], std: vec![1.0; 898], w1: vec![0.0; 1796], b1: vec![0.0; 2], w2: vec![0.0; 2], b2: 0.0 };
-    edge_node::router_file::MlpRouterModel::new(meta, w).unwrap().save(&path).unwrap();
+    let w = edge_node::routing::router_file::MlpWeights { mean: vec![0.0; 898], std: vec![1.0; 898], w1: vec![0.0; 1796], b1: vec![0.0; 2], w2: vec![0.0; 2], b2: 0.0 };
+    edge_node::routing::router_file::MlpRouterModel::new(meta, w).unwrap().save(&path).unwrap();
     let p = path.display().to_string();
     // Another SLM (the tiny model): refused, naming both.
     let out = edge_node(&["generate", "--model", TINY, "--prompt", "hi", "--gateway", "127.0.0.1:9", "--router", &p, "--connect-wait-ms", "0"]);

@@ -107,7 +107,7 @@ pub async fn read_reply(recv: &mut quinn::RecvStream) -> Frame {
 
 /// A bare QUIC connection to the gateway, before any `Hello`.
 pub async fn quic_connection(addr: SocketAddr, ca: &Path) -> quinn::Connection {
-    let client = edge_node::tls::client_config(Some(ca), false, Duration::from_secs(5)).unwrap();
+    let client = edge_node::link::tls::client_config(Some(ca), false, Duration::from_secs(5)).unwrap();
     let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
     endpoint.set_default_client_config(client);
     endpoint.connect(addr, "localhost").unwrap().await.unwrap()
@@ -127,7 +127,7 @@ pub async fn rejected(link: &Link) -> String {
 /// A QUIC client endpoint on `local` (e.g. 127.0.0.2 for a second source address) trusting the
 /// test gateway's certificate.
 pub fn client_on(local: &str, ca: &Path) -> quinn::Endpoint {
-    let client = edge_node::tls::client_config(Some(ca), false, Duration::from_secs(5)).unwrap();
+    let client = edge_node::link::tls::client_config(Some(ca), false, Duration::from_secs(5)).unwrap();
     let mut endpoint = quinn::Endpoint::client(local.parse().unwrap()).unwrap();
     endpoint.set_default_client_config(client);
     endpoint

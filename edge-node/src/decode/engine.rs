@@ -11,7 +11,7 @@ use super::draft::DraftControl;
 use super::rate::RateControl;
 use super::slm::{Proposal, Slm};
 use super::stats::DecodeStats;
-use crate::router::{should_escalate, Router, RouterInput};
+use crate::routing::router::{should_escalate, Router, RouterInput};
 
 /// Where a generated token came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -3,7 +3,7 @@
 //! (`should_escalate`), with a seeded generator of its own so the traces never change.
 
 use super::*;
-use crate::router::should_escalate;
+use crate::routing::router::should_escalate;
 
 /// splitmix64: a tiny seeded generator, stable across crate versions.
 struct Rng(u64);

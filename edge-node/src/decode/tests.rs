@@ -8,8 +8,8 @@ use common::exchange::FallbackReason;
 
 use super::trace::{TracePoint, TraceSlm};
 use super::*;
-use crate::router::ConfidenceRouter;
-use crate::router_file::Calibration;
+use crate::routing::router::ConfidenceRouter;
+use crate::routing::router_file::Calibration;
 
 /// Answers escalations from a script, recording the contexts it was asked about.
 #[derive(Default)]

@@ -17,7 +17,7 @@ use super::handlers::{chat, completions};
 use super::worker::{Job, Mode};
 use edge_node::args::RateControlMode;
 use edge_node::decode::RateControl;
-use edge_node::router_file::Calibration;
+use edge_node::routing::router_file::Calibration;
 
 /// What every handler shares.
 pub struct AppState {

@@ -37,8 +37,8 @@ use anyhow::Context;
 use clap::Args;
 use common::exchange::LinkHealth;
 use edge_node::args::{build_router_with_calibration, connect_reloading_on_sighup, deadline_policy, rate_controller, CloudArgs, ModelArgs};
-use edge_node::bundles::{self, AgentConfig, BundleArgs, DeviceCounters, DeviceTarget};
-use edge_node::shipped_router::DEFAULT_ESCALATION_RATE;
+use edge_node::routing::bundles::{self, AgentConfig, BundleArgs, DeviceCounters, DeviceTarget};
+use edge_node::routing::shipped_router::DEFAULT_ESCALATION_RATE;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use tokio::sync::mpsc;
 

@@ -24,9 +24,9 @@ use super::stop::{Released, StopMatcher};
 use edge_node::args::RateControlMode;
 use edge_node::decode::{decode, DecodeParams, DecodeStats, DraftMode, Emitted, FinishReason, NoCloud, OnnxSlm, RateControl, TokenSource};
 use edge_node::link::{next_session_id, Link};
-use edge_node::link_cloud::LinkCloud;
-use edge_node::bundles::{bundle_routing, ActiveBundle, DeviceCounters, RoutingAsk};
-use edge_node::router::{MlpRouter, Router};
+use edge_node::link::link_cloud::LinkCloud;
+use edge_node::routing::bundles::{bundle_routing, ActiveBundle, DeviceCounters, RoutingAsk};
+use edge_node::routing::router::{MlpRouter, Router};
 
 /// How one request is routed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,7 +1,7 @@
 //! Each device checks its own token stream, session by session (BENCHMARKS.md, "Fleet load
 //! test", "Correctness").
 //!
-//! [`CheckedCloud`] wraps the device's real cloud ([`edge_node::link_cloud::LinkCloud`]) and
+//! [`CheckedCloud`] wraps the device's real cloud ([`edge_node::link::link_cloud::LinkCloud`]) and
 //! logs every escalation: the position asked for, a hash of the context sent, the answer and,
 //! with the fixed-cost backend, whether the cloud's token is the one that backend gives for
 //! exactly that context (it hashes the context the *gateway* holds, so a token lost, doubled

@@ -17,8 +17,8 @@ use common::exchange::{DeadlinePolicy, LinkHealth, LinkView};
 use common::protocol::{Frame, WireSampling};
 use edge_node::decode::{decode, Cloud, CloudAnswer, DecodeParams, NoCloud, TokenSource};
 use edge_node::link::{Link, LinkConfig};
-use edge_node::link_cloud::LinkCloud;
-use edge_node::router::ConfidenceRouter;
+use edge_node::link::link_cloud::LinkCloud;
+use edge_node::routing::router::ConfidenceRouter;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use cloud_gateway::identity::ca::{FleetCa, DEVICE_CERT_FILE, DEVICE_KEY_FILE};
-use edge_node::tls::ClientIdentity;
+use edge_node::link::tls::ClientIdentity;
 use serde::Serialize;
 
 /// How long a certificate issued for a run is valid, days (the shortest the CA issues).

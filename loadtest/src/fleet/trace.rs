@@ -167,7 +167,7 @@ impl Trace {
         let (mut below, mut n) = (0usize, 0usize);
         for s in &self.sessions {
             n += s.top_probs.len();
-            below += s.top_probs.iter().filter(|&&p| edge_node::router::should_escalate(p, tau)).count();
+            below += s.top_probs.iter().filter(|&&p| edge_node::routing::router::should_escalate(p, tau)).count();
         }
         below as f64 / n.max(1) as f64
     }
@@ -283,7 +283,7 @@ mod tests {
         let started = std::time::Instant::now();
         let params = edge_node::decode::DecodeParams { max_new_tokens: 4, tau: 0.0, rate_control: None };
         let stats = rt
-            .block_on(edge_node::decode::decode(&mut slm, &mut edge_node::router::ConfidenceRouter, &mut edge_node::decode::NoCloud, &s.prompt, params, |_| std::ops::ControlFlow::Continue(())))
+            .block_on(edge_node::decode::decode(&mut slm, &mut edge_node::routing::router::ConfidenceRouter, &mut edge_node::decode::NoCloud, &s.prompt, params, |_| std::ops::ControlFlow::Continue(())))
             .unwrap();
         let took = started.elapsed().as_secs_f64() * 1e3;
         assert_eq!(stats.tokens, 4);

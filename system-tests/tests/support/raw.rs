@@ -11,7 +11,7 @@ use super::fingerprint;
 
 /// A raw QUIC device that says `Hello` in `version` as `id` and is welcomed.
 pub async fn raw_device(addr: SocketAddr, ca: &Path, version: u16, id: &str) -> quinn::Connection {
-    let client = edge_node::tls::client_config(Some(ca), false, Duration::from_secs(1)).unwrap();
+    let client = edge_node::link::tls::client_config(Some(ca), false, Duration::from_secs(1)).unwrap();
     let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
     endpoint.set_default_client_config(client);
     let conn = endpoint.connect(addr, "localhost").unwrap().await.unwrap();

@@ -17,7 +17,7 @@ use common::telemetry::TRACE_TARGET;
 use tracing::field::Empty;
 
 use crate::decode::{Cloud, CloudAnswer, DecodeStats, DraftAnswer, DraftMode, MAX_DRAFT};
-use crate::link::{Link, LinkError, LinkState};
+use super::{Link, LinkError, LinkState};
 
 /// How long the `EndSession` notice may take; nobody waits for its answer beyond this.
 const END_SESSION_WAIT: Duration = Duration::from_millis(200);

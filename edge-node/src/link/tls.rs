@@ -2,9 +2,11 @@
 //! (`--ca-cert`, e.g. the gateway's self-signed certificate) or, for local development only,
 //! skip verification; and, where the gateway requires mutual TLS, present this device's own
 //! certificate (`--client-cert`/`--client-key`, issued by `cloud-gateway ca issue`), which is
-//! what the gateway knows the device by.
+//! what the gateway knows the device by. The configuration in force lives in a [`ClientTls`]
+//! cell, which certificate rotation ([`super::rotation`]) replaces and the link reads.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -116,5 +118,32 @@ impl ServerCertVerifier for NoVerify {
     }
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         rustls::crypto::ring::default_provider().signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// The QUIC client configuration new connections use, replaced when the device certificate is
+/// rotated ([`super::rotation`]); a connection keeps the one it was made with.
+pub struct ClientTls(std::sync::RwLock<quinn::ClientConfig>, AtomicU64);
+
+impl ClientTls {
+    /// A cell holding `config`.
+    pub fn new(config: quinn::ClientConfig) -> Self {
+        Self(std::sync::RwLock::new(config), AtomicU64::new(0))
+    }
+
+    /// How many times the configuration was replaced (a rotated certificate loaded).
+    pub fn replaced(&self) -> u64 {
+        self.1.load(Ordering::Relaxed)
+    }
+
+    /// The configuration for the next connection.
+    pub fn current(&self) -> quinn::ClientConfig {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Use `config` from the next connection on.
+    pub fn replace(&self, config: quinn::ClientConfig) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = config;
+        self.1.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use crate::router_file::{MlpRouterModel, RouterFileError};
+use super::router_file::{MlpRouterModel, RouterFileError};
 use common::sampling::DistributionStats;
 
 /// What a router sees at each step.

@@ -16,8 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::task::JoinHandle;
 
-use crate::link::ClientTls;
-use crate::tls::ClientIdentity;
+use super::tls::{ClientIdentity, ClientTls};
 
 /// What tells a changed file from an unchanged one without reading it: modification time, size
 /// and inode (a `mv` over it makes a new inode).
@@ -275,7 +274,7 @@ mod tests {
             std::fs::write(&identity.cert, "one").unwrap();
             std::fs::write(&identity.key, "one").unwrap();
             let built = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-            let dummy = || crate::tls::client_config(None, true, Duration::from_secs(1)).unwrap();
+            let dummy = || crate::link::tls::client_config(None, true, Duration::from_secs(1)).unwrap();
             let cell = Arc::new(ClientTls::new(dummy()));
             let counted = built.clone();
             let task = spawn(identity.clone(), cell, WatchConfig { poll: MS(20), on_sighup: false }, move |id| {

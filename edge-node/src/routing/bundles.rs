@@ -25,7 +25,7 @@ use tokio::sync::watch;
 
 use crate::decode::RateControl;
 use crate::link::{Link, LinkState};
-use crate::router_file::{Calibration, MlpRouterModel};
+use super::router_file::{Calibration, MlpRouterModel};
 
 /// The file under `--bundle-dir` holding the last good bundle.
 pub const CURRENT_FILE: &str = "current.bundle";
@@ -283,7 +283,7 @@ mod tests {
     }
 
     fn router_bytes(slm: &str, fp: &str, hidden_size: usize) -> Vec<u8> {
-        use crate::router_file::{feature_width, MlpWeights, RouterMeta, FEATURE_SPEC, FORMAT_VERSION};
+        use crate::routing::router_file::{feature_width, MlpWeights, RouterMeta, FEATURE_SPEC, FORMAT_VERSION};
         let (i, h) = (feature_width(hidden_size), 4);
         let meta = RouterMeta {
             format: FORMAT_VERSION,

@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use crate::router_file::{MlpRouterModel, RouterFileError};
+use super::router_file::{MlpRouterModel, RouterFileError};
 
 /// The operating point used when neither `--escalation-rate` nor `--tau` is given: the share
 /// of tokens escalated that EVALUATION.md reports (and the router was calibrated for).
@@ -18,7 +18,7 @@ pub const DEFAULT_ESCALATION_RATE: f32 = 0.10;
 
 /// Shipped routers: (SLM id, router file bytes).
 const SHIPPED: &[(&str, &[u8])] =
-    &[("qwen2.5-coder-0.5b-instruct", include_bytes!("../routers/qwen2.5-coder-0.5b-instruct.router.safetensors"))];
+    &[("qwen2.5-coder-0.5b-instruct", include_bytes!("../../routers/qwen2.5-coder-0.5b-instruct.router.safetensors"))];
 
 /// The name a shipped router goes by in logs, reports and errors.
 pub fn shipped_name(slm_id: &str) -> String {

@@ -1,0 +1,13 @@
+//! Routing: which tokens the device asks the cloud about, and where that decision comes from.
+//!
+//! Why a folder: deciding is one job with several sources. [`router`] holds the policies the
+//! decode loop calls at each token (confidence, random, the trained MLP) behind one trait;
+//! [`router_file`] is the trained router as a self-describing file, checked against the running
+//! SLM; [`shipped_router`] is the router compiled into the binary; [`bundles`] is the newer
+//! router a fleet rollout delivers over the link. Arrows go one way: the others use
+//! `router_file`, which uses none of them.
+
+pub mod bundles;
+pub mod router;
+pub mod router_file;
+pub mod shipped_router;
