@@ -10,7 +10,7 @@ use super::cloud::{Cloud, CloudAnswer, DraftAnswer};
 use super::draft::DraftControl;
 use super::rate::RateControl;
 use super::slm::{Proposal, Slm};
-use super::stats::DecodeStats;
+use super::stats::{DecodeStats, FinishReason};
 use crate::routing::router::{should_escalate, Router, RouterInput};
 
 /// Where a generated token came from.
@@ -23,20 +23,6 @@ pub enum TokenSource {
     Cloud,
     /// Escalated, but the SLM's token was used (timeout, busy, link down, error).
     Fallback,
-}
-
-/// Why generation stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FinishReason {
-    /// A stop token was produced.
-    Stop,
-    /// `max_new_tokens` was reached.
-    Length,
-    /// The context is full.
-    ContextFull,
-    /// The caller asked to stop.
-    Cancelled,
 }
 
 /// Settings of one decode.

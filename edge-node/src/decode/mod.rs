@@ -21,8 +21,8 @@ mod tests;
 
 pub use cloud::{Cloud, CloudAnswer, DraftAnswer, NoCloud};
 pub use draft::{DraftControl, DraftMode, MAX_DRAFT};
-pub use engine::{decode, DecodeParams, Emitted, FinishReason, TokenSource};
+pub use engine::{decode, DecodeParams, Emitted, TokenSource};
 pub use rate::{RateControl, RateControlError, RateReport, DEFAULT_BAND, RULE as RATE_RULE};
 pub use slm::{OnnxSlm, Proposal, Slm};
-pub use stats::{DecodeStats, DraftCounts, RoutingCounts, SpeculationCounts};
+pub use stats::{DecodeStats, DraftCounts, FinishReason, RoutingCounts, SpeculationCounts};
 pub use trace::{TracePoint, TraceSlm};

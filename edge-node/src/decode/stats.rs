@@ -1,12 +1,26 @@
-//! Counters and latencies of one decoded sequence, as `--json` reports them.
+//! Counters and latencies of one decoded sequence, as `--json` reports them, and why it ended
+//! ([`FinishReason`]): the facts of a finished output, which the decode loop fills in.
 
 use serde::Serialize;
 
 use common::exchange::FallbackReason;
 use common::stats::percentile_sorted;
 
-use super::engine::FinishReason;
 use super::rate::RateControl;
+
+/// Why generation stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// A stop token was produced.
+    Stop,
+    /// `max_new_tokens` was reached.
+    Length,
+    /// The context is full.
+    ContextFull,
+    /// The caller asked to stop.
+    Cancelled,
+}
 
 /// What the router and the cloud did with a sequence's tokens: the figures every report of a
 /// routed generation carries (`generate --json`, the server's usage, the evaluation).
