@@ -197,6 +197,22 @@ async fn metric(http: SocketAddr, name: &str) -> f64 {
         .sum()
 }
 
+/// One labelled series of a counter from the gateway's `/metrics` (`reason="..."`).
+async fn labelled(http: SocketAddr, name: &str, reason: &str) -> f64 {
+    let (_, body) = http_get(http, "/metrics").await.unwrap_or((0, String::new()));
+    let needle = format!("reason=\"{reason}\"");
+    body.lines().filter(|l| l.starts_with(name) && l.contains(&needle)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+/// How many times the gateway's circuit breakers to its engine workers opened so far.
+async fn breaker_opened(http: SocketAddr) -> f64 {
+    let (_, body) = http_get(http, "/metrics").await.unwrap_or((0, String::new()));
+    body.lines()
+        .filter(|l| l.starts_with("duet_gateway_engine_breaker_transitions_total{") && l.contains("to=\"open\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 async fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr)).await??;
@@ -222,7 +238,7 @@ struct Client {
 
 impl Client {
     fn new(local: &str, gateway: SocketAddr, ca: &Path, fingerprint: &str) -> anyhow::Result<Self> {
-        let config = edge_node::tls::client_config(Some(ca), false, Duration::from_secs(5))?;
+        let config = edge_node::link::tls::client_config(Some(ca), false, Duration::from_secs(5))?;
         let mut endpoint = quinn::Endpoint::client(local.parse()?)?;
         endpoint.set_default_client_config(config);
         Ok(Self { endpoint, gateway, fingerprint: Arc::from(fingerprint), tokens: None, slm_id: Arc::from("abuse") })

@@ -27,8 +27,7 @@ use common::protocol::{ContextSync, TokenIds};
 use serde::Serialize;
 use serde_json::json;
 
-use super::flood::labelled;
-use super::{classify, escalate, metric, request, Answer, Run, Tally};
+use super::{breaker_opened, classify, escalate, labelled, metric, request, Answer, Run, Tally};
 use common::stats::percentile;
 
 /// Sessions the arrivals are spread over.
@@ -218,15 +217,6 @@ pub(super) async fn engine_overload(run: &Run) -> anyhow::Result<serde_json::Val
         "queue_age_s": { "max": ages.iter().copied().fold(0.0, f64::max), "p50": percentile(&mut age_samples, 0.5), "samples": ages.len() },
         "after": probe_after,
     }))
-}
-
-/// How many times the gateway's circuit breakers to its engine workers opened so far.
-pub(super) async fn breaker_opened(http: std::net::SocketAddr) -> f64 {
-    let (_, body) = super::http_get(http, "/metrics").await.unwrap_or((0, String::new()));
-    body.lines()
-        .filter(|l| l.starts_with("duet_gateway_engine_breaker_transitions_total{") && l.contains("to=\"open\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// Escalations arriving at `rate` per second for the scenario's time, each to an idle session

@@ -43,7 +43,7 @@ use common::protocol::{ContextSync, Frame, TokenIds};
 use serde::Serialize;
 use serde_json::json;
 
-use super::{classify, escalate, http_get, metric, request, Answer, Run, Tally};
+use super::{breaker_opened, classify, escalate, http_get, labelled, metric, request, Answer, Run, Tally};
 
 /// Well-behaved devices.
 const BEHAVED: usize = 20;
@@ -250,7 +250,7 @@ pub(super) async fn fair_flood(run: &Run) -> anyhow::Result<serde_json::Value> {
     let refused = |reason: &'static str| async move { labelled(run.gw.http, "duet_gateway_admission_refused_total", reason).await };
     let (share_before, reserved_before) = (refused("share").await, refused("reserved").await);
     let (cost_before, capacity_before) = (refused("cost").await, refused("capacity").await);
-    let opened_before = super::engine_overload::breaker_opened(run.gw.http).await;
+    let opened_before = breaker_opened(run.gw.http).await;
     let start = Instant::now();
     let from = start + HEAD_START;
     let stop_at = from + Duration::from_secs(secs);
@@ -338,7 +338,7 @@ pub(super) async fn fair_flood(run: &Run) -> anyhow::Result<serde_json::Value> {
         "lost": lost,
         "behaved_odd_answers": seen.iter().flat_map(|s| s.odd.iter()).take(ODD_KEPT).collect::<Vec<_>>(),
         "refused": { "share": refused("share").await - share_before, "reserved": refused("reserved").await - reserved_before, "cost": refused("cost").await - cost_before, "capacity": refused("capacity").await - capacity_before },
-        "engine_breaker_opened": super::engine_overload::breaker_opened(run.gw.http).await - opened_before,
+        "engine_breaker_opened": breaker_opened(run.gw.http).await - opened_before,
         "fair_backlogged_devices_max": backlogged.iter().copied().fold(0.0, f64::max),
         "ready_after": ready,
         "devices": devices,
@@ -360,13 +360,6 @@ fn median(xs: &[f64]) -> f64 {
     let mut v = xs.to_vec();
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(0.0)
-}
-
-/// One labelled series of a counter from the gateway's `/metrics` (`reason="..."`).
-pub(super) async fn labelled(http: std::net::SocketAddr, name: &str, reason: &str) -> f64 {
-    let (_, body) = http_get(http, "/metrics").await.unwrap_or((0, String::new()));
-    let needle = format!("reason=\"{reason}\"");
-    body.lines().filter(|l| l.starts_with(name) && l.contains(&needle)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
 }
 
 #[cfg(test)]
