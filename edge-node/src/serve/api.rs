@@ -87,3 +87,7 @@ pub struct ErrorDetail {
     /// A machine-readable code, if any.
     pub code: Option<&'static str>,
 }
+
+/// Largest request body: far beyond any prompt the device's context holds (413 past it, as
+/// OpenAI and proxies answer).
+pub const BODY_LIMIT: usize = 2 * 1024 * 1024;

@@ -38,7 +38,7 @@ impl ApiError {
         let status = e.status();
         let code = (status == StatusCode::PAYLOAD_TOO_LARGE).then_some("request_too_large");
         let message = match code {
-            Some(_) => format!("the request body is larger than this server's limit of {} bytes", super::http::BODY_LIMIT),
+            Some(_) => format!("the request body is larger than this server's limit of {} bytes", super::api::BODY_LIMIT),
             None => e.body_text(),
         };
         Self { status, detail: ErrorDetail { message, kind: "invalid_request_error", param: None, code } }
@@ -53,5 +53,17 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (self.status, Json(ErrorBody { error: self.detail })).into_response()
+    }
+}
+
+/// The name of a JSON value's type, for messages.
+pub fn kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
     }
 }

@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 
 use super::api::ErrorDetail;
 use super::error::ApiError;
-use super::http::AppState;
+use super::state::AppState;
 use super::logprobs::{self, chat_json, completion_json};
 use super::request::{self, Params, Prompt};
 use super::respond::{stream, Choice, Head, Kind};

@@ -5,8 +5,7 @@
 
 use serde_json::{Map, Value};
 
-use super::error::ApiError;
-use super::request::kind;
+use super::error::{kind, ApiError};
 use model_runtime::chat::{Role, ToolCall, Turn};
 
 /// Most messages in one conversation: far beyond any context the device's model holds, and a

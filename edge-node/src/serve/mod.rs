@@ -25,6 +25,7 @@ mod logprobs;
 mod messages;
 mod request;
 mod respond;
+mod state;
 mod stop;
 mod worker;
 
@@ -173,7 +174,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             worker.use_bundle(Arc::new(b));
         }
         tokio::spawn(worker.run(queue));
-        let state = Arc::new(http::AppState {
+        let state = Arc::new(state::AppState {
             jobs,
             tok,
             model_id,

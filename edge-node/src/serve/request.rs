@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::api::{DuetParams, Stop};
-use super::error::ApiError;
+use super::error::{kind, ApiError};
 use super::messages;
 use model_runtime::chat::Turn;
 
@@ -121,18 +121,6 @@ fn object(body: Value) -> Result<Map<String, Value>, ApiError> {
     match body {
         Value::Object(map) => Ok(map),
         other => Err(ApiError::invalid(format!("the body must be a JSON object, not {}", kind(&other)), None)),
-    }
-}
-
-/// The name of a JSON value's type, for messages.
-pub fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 
