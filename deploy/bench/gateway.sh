@@ -18,7 +18,8 @@
 # (its target seeded from this one's, so only the workspace's crates compile), each
 # gateway-latency round at 0 ms runs this build, this build with `--fair-share off` (fair
 # sharing reorders the queue, which moves the tail), and then that one, all with the same cost
-# cap (32 tokens, the gateway's default, which the older loadtest always used), and the engine rows
+# cap (32 tokens, the gateway's default; a loadtest old enough to lack `--max-batch-tokens`
+# always used it, a newer one is given it), and the engine rows
 # (embedded; llama-server -np 8 through the gateway and --direct, twice each) run three times:
 # this build, this build with `--engine-admission off`, that build.
 #
@@ -52,6 +53,8 @@ if [ -n "${BASELINE:-}" ]; then
   say "building $commit's loadtest in $base"
   (cd "$base/src" && CARGO_TARGET_DIR="$base/target" cargo build --release -q --locked -p loadtest)
   base_bin="$base/target/release/loadtest"
+  base_cap=()
+  "$base_bin" gateway-latency --help 2>/dev/null | grep -q -- --max-batch-tokens && base_cap=(--max-batch-tokens 32)
 fi
 echo "commit $(git rev-parse --short HEAD), $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores"
 echo
@@ -69,7 +72,7 @@ for r in $(seq 1 "$rounds"); do
       target/release/loadtest --log error gateway-latency --devices 50 --sessions 2 --escalations 40 --cost-ms 0 \
         --max-batch-tokens 32 --fair-share off >"$out/unfair-latency-0-$r.json"
       "$base_bin" --log error gateway-latency --devices 50 --sessions 2 --escalations 40 --cost-ms 0 \
-        >"$out/baseline-latency-0-$r.json"
+        "${base_cap[@]}" >"$out/baseline-latency-0-$r.json"
     fi
   done
 done
