@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::cloud::{Cloud, CloudAnswer, DraftAnswer};
 use super::draft::DraftControl;
-use super::rate::RateControl;
+use crate::routing::rate::RateControl;
 use super::slm::{Proposal, Slm};
 use super::stats::{DecodeStats, FinishReason};
 use crate::routing::router::{should_escalate, Router, RouterInput};

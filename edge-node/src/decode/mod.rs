@@ -11,7 +11,6 @@
 mod cloud;
 mod draft;
 mod engine;
-mod rate;
 mod slm;
 mod stats;
 mod trace;
@@ -22,7 +21,7 @@ mod tests;
 pub use cloud::{Cloud, CloudAnswer, DraftAnswer, NoCloud};
 pub use draft::{DraftControl, DraftMode, MAX_DRAFT};
 pub use engine::{decode, DecodeParams, Emitted, TokenSource};
-pub use rate::{RateControl, RateControlError, RateReport, DEFAULT_BAND, RULE as RATE_RULE};
+pub use crate::routing::rate::{RateControl, RateControlError, RateReport, DEFAULT_BAND, RULE as RATE_RULE};
 pub use slm::{OnnxSlm, Proposal, Slm};
 pub use stats::{DecodeStats, DraftCounts, FinishReason, RoutingCounts, SpeculationCounts};
 pub use trace::{TracePoint, TraceSlm};

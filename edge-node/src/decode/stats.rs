@@ -6,7 +6,7 @@ use serde::Serialize;
 use common::exchange::FallbackReason;
 use common::stats::percentile_sorted;
 
-use super::rate::RateControl;
+use crate::routing::rate::RateControl;
 
 /// Why generation stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

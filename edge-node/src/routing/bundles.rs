@@ -23,7 +23,7 @@ use common::fleet::{check_bundle, BundleChoice, BundleRef, DeviceSettings, Downl
 use common::protocol::{understands_bundles, Frame};
 use tokio::sync::watch;
 
-use crate::decode::RateControl;
+use crate::routing::rate::RateControl;
 use crate::link::{Link, LinkState};
 use super::router_file::{Calibration, MlpRouterModel};
 

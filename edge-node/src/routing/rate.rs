@@ -66,7 +66,7 @@
 
 use serde::Serialize;
 
-use crate::routing::router_file::{Calibration, RouterFileError};
+use super::router_file::{Calibration, RouterFileError};
 
 /// Which rule steers tau, as results record it: results of another rule are not resumed into or
 /// reused for these (the floor moved from a calibrated tau to a share of the text seen on
