@@ -212,11 +212,13 @@ impl BatcherState {
                 book.computed(esc.session(), esc.request.context.len());
             }
         }
-        for key in self.ended.drain(..) {
-            book.remove(&key);
-            backend.end_session(&key);
+        for key in &self.ended {
+            book.remove(key);
         }
         drop(book);
+        for key in self.ended.drain(..) {
+            backend.end_session(&key);
+        }
         self.backend = Some(backend);
         self.figures.learned.observe(rows.max(1), self.running_cost.max(rows), backend_ms, !self.running.is_empty());
         metrics::histogram!("duet_gateway_backend_latency_seconds").record(backend_ms / 1e3);
