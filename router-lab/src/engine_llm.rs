@@ -22,7 +22,6 @@ use engine_client::prompt_choices::ChoicesClient;
 use engine_client::{EngineError, EngineSpec, NextTokenRequest, PromptChoice, PromptChoicesRequest};
 use edge_node::decode::{Cloud, CloudAnswer};
 
-use crate::teacher::{Teacher, TeacherRow};
 
 /// How long to wait for the engine to become healthy at start.
 const CONNECT_WAIT: Duration = Duration::from_secs(120);
@@ -73,13 +72,11 @@ impl EngineLlm {
     }
 }
 
-impl Teacher for EngineLlm {
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// Row by row, each one request (SGLang, vLLM) or one per position (llama-server).
-    fn choices(&mut self, rows: &[TeacherRow<'_>], runner_up: bool) -> anyhow::Result<Vec<Vec<PromptChoice>>> {
+impl EngineLlm {
+    /// The engine's choice at each position from `first` on of each row `(tokens, first)`, with
+    /// its runner-up if asked: row by row, each one request (SGLang, vLLM) or one per position
+    /// (llama-server). What the lab's teacher asks ([`crate::teacher::Teacher`]).
+    pub fn choices(&mut self, rows: &[(&[u32], usize)], runner_up: bool) -> anyhow::Result<Vec<Vec<PromptChoice>>> {
         let mut out = Vec::with_capacity(rows.len());
         for &(tokens, first) in rows {
             let request = PromptChoicesRequest { tokens, first, runner_up, slot: Some(SLOT) };

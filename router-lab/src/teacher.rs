@@ -112,6 +112,17 @@ pub fn choice_from_logits(logits: &[f32], runner_up: bool) -> Option<PromptChoic
     Some(PromptChoice { best: EngineToken { id: best, logprob: logprob(max) }, runner_up: second })
 }
 
+/// The LLM an engine serves, as a teacher.
+impl Teacher for EngineLlm {
+    fn id(&self) -> &str {
+        EngineLlm::id(self)
+    }
+
+    fn choices(&mut self, rows: &[TeacherRow<'_>], runner_up: bool) -> anyhow::Result<Vec<Vec<PromptChoice>>> {
+        EngineLlm::choices(self, rows, runner_up)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
