@@ -92,7 +92,7 @@ impl Shared {
             max_sessions_per_device: config.sessions.max_per_device,
             max_connections: config.transport.max_connections,
             store: Arc::new(SessionStore::with_total(max_context_tokens, config.sessions.max_per_device, config.overload.max_sessions)),
-            llm: Dispatcher::new(llm, drain.subscribe()),
+            llm: Dispatcher::new(llm, drain.subscribe()).verifying(config.overload.draft_verify),
             connections: AtomicUsize::new(0),
             sources: Arc::new(SourceLimiter::new(config.overload.max_connections_per_source)),
             buffers: Arc::new(BufferBudget::new(config.overload.max_buffered_bytes_per_connection, config.overload.max_buffered_bytes, config.overload.stream_read_timeout)),

@@ -3,6 +3,7 @@
 
 pub mod abuse;
 pub mod batching;
+pub mod capacity;
 pub mod engines;
 pub mod fixed_backend;
 pub mod fleet;

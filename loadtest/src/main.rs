@@ -1,7 +1,7 @@
 //! `loadtest`: measures Duet's gateway and backends. Each subcommand runs its baseline in the
 //! same process and prints one JSON report (BENCHMARKS.md quotes the commands).
 
-use loadtest::{abuse, batching, engines, fleet, gateway_latency, handshake};
+use loadtest::{abuse, batching, capacity, engines, fleet, gateway_latency, handshake};
 
 use clap::{Parser, Subcommand};
 
@@ -32,6 +32,10 @@ enum Command {
     /// Thousands of simulated devices (the real edge stack, a recorded SLM trace) on impaired
     /// links against one gateway; every device checks its token stream. JSON + HTML report.
     Fleet(Box<fleet::FleetArgs>),
+    /// Devices per LLM server at a service level: fleet runs (recorded SLM traces, real
+    /// drafts) searched over the fleet's size, per way of escalating (one token, drafts,
+    /// drafts checked by load). JSON + markdown + HTML report.
+    Capacity(Box<capacity::CapacityArgs>),
     /// Handshake cost of device identity: connections/s with mutual TLS against the
     /// shared-token handshake, same run.
     Handshake(handshake::HandshakeArgs),
@@ -57,6 +61,7 @@ fn main() -> anyhow::Result<()> {
         Command::Engines(a) => engines::run(a),
         Command::Relay(a) => relay::cmd::run(a),
         Command::Fleet(a) => fleet::run(*a),
+        Command::Capacity(a) => capacity::run(*a),
         Command::Gateway(a) => fleet::gateway::run(a),
         Command::Handshake(a) => handshake::run(a),
         Command::Abuse(a) => abuse::run(a),

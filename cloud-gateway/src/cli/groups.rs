@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::batcher::backend::EmbeddedOptions;
-use crate::config::{BatcherConfig, CertSource, DrainConfig, EngineAdmission, EnginesConfig, FairShareMode, FleetConfig, GatewayConfig, IdentityConfig, OverloadConfig, RateLimit, SessionsConfig, TransportConfig};
+use crate::config::{BatcherConfig, CertSource, DrainConfig, DraftVerify, EngineAdmission, EnginesConfig, FairShareMode, FleetConfig, GatewayConfig, IdentityConfig, OverloadConfig, RateLimit, SessionsConfig, TransportConfig};
 use crate::engine::pool::breaker::BreakerConfig;
 use crate::engine::pool::health::HealthConfig;
 use crate::engine::pool::pick::{PickPolicy, Routing};
@@ -273,6 +273,10 @@ pub struct OverloadArgs {
     /// first and refuses a device over its share first; `off` serves oldest first.
     #[arg(long, env = "DUET_FAIR_SHARE", value_enum, default_value_t = FairShareMode::Device)]
     pub fair_share: FairShareMode,
+    /// How much of each draft the LLM checks: `whole`, or `by-load`, a prefix that shortens
+    /// while the queue is older than two batches (verifier time for more devices' hard tokens).
+    #[arg(long, env = "DUET_DRAFT_VERIFY", value_enum, default_value_t = gateway().overload.draft_verify)]
+    pub draft_verify: DraftVerify,
 }
 
 impl OverloadArgs {
@@ -287,6 +291,7 @@ impl OverloadArgs {
             max_buffered_bytes_per_connection: self.max_buffered_bytes_per_connection,
             max_buffered_bytes: self.max_buffered_bytes,
             fair_share: self.fair_share,
+            draft_verify: self.draft_verify,
         }
     }
 }

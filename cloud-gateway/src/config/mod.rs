@@ -19,6 +19,7 @@ use std::time::Duration;
 use common::protocol::DEFAULT_MAX_FRAME_BYTES;
 use model_runtime::model_files::duet_home;
 
+pub use crate::dispatch::draft::DraftVerify;
 pub use crate::dispatch::fair::FairShareMode;
 pub use crate::engine::pool::PoolConfig;
 pub use crate::identity::rate::RateLimit;
@@ -169,6 +170,10 @@ pub struct OverloadConfig {
     /// `Busy` first (`dispatch::fair`). Off: oldest first, every device's work weighed alike.
     /// Both LLM paths read it here: the batcher and the engine pool.
     pub fair_share: FairShareMode,
+    /// How much of each draft the LLM checks: all of it, or a prefix that shortens while the
+    /// queue is older than two batches (`dispatch::draft::verify_len`): under load, verifier
+    /// time goes to more devices' hard tokens instead of one device's draft tail.
+    pub draft_verify: DraftVerify,
 }
 
 impl Default for OverloadConfig {
@@ -183,6 +188,7 @@ impl Default for OverloadConfig {
             max_buffered_bytes_per_connection: 1 << 20,
             max_buffered_bytes: 256 << 20,
             fair_share: FairShareMode::Device,
+            draft_verify: DraftVerify::Whole,
         }
     }
 }

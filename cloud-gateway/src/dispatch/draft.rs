@@ -9,8 +9,49 @@
 //! draft's (llama.cpp's greedy continuation), and one that samples (the embedded backend) draws
 //! only as far as the rule reads, in order, keeping its seeded draws those of the same
 //! positions asked one by one.
+//!
+//! How much of a draft is checked is the gateway's choice too ([`DraftVerify`],
+//! [`verify_len`]): every draft position costs the verifier a token of work whether the LLM
+//! accepts it or not, so when the verifier is the fleet's bottleneck a long draft's tail buys
+//! one device a few tokens with time other devices' escalations wait for. Under load the
+//! gateway checks a shorter prefix (the draft is the device's proposal, not a promise), and a
+//! device learns the shorter length from the answer: its draft rule treats a prefix accepted
+//! short of what it sent like a rejection there.
+#![cfg_attr(not(test), deny(clippy::disallowed_methods))]
+
+use std::time::Duration;
 
 use super::LlmToken;
+
+/// `--draft-verify`: how much of each draft the gateway's LLM checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[value(rename_all = "kebab-case")]
+pub enum DraftVerify {
+    /// Every draft token the device sent (up to the protocol's bound).
+    #[default]
+    Whole,
+    /// A prefix that shortens as the queue ages past what one batch takes ([`verify_len`]).
+    ByLoad,
+}
+
+/// How many of a `len`-token draft's tokens to check when the oldest escalation waiting has
+/// waited `queue_age` and one batch (or one engine request) takes `service`: all of them
+/// while the queue is no older than two batches (the one running and the one filling: the
+/// verifier keeps up), then `len` divided by how many times older it is, at least the first
+/// token (the hard position itself is what the device asked about). Shortening in proportion
+/// keeps the verifier's work per escalation falling as fast as the wait grows.
+pub fn verify_len(mode: DraftVerify, len: usize, queue_age: Duration, service: Duration) -> usize {
+    if mode == DraftVerify::Whole || len <= 1 {
+        return len;
+    }
+    let keeps_up = 2.0 * service.as_secs_f64().max(1e-3);
+    let behind = queue_age.as_secs_f64() / keeps_up;
+    if behind <= 1.0 {
+        return len;
+    }
+    ((len as f64 / behind).floor() as usize).clamp(1, len)
+}
 
 /// The rule, with the choices produced on demand: `choose(j)` is the LLM's token (and its
 /// log-probability) at draft position `j` given the draft before it, for `j < positions` (the
@@ -59,6 +100,27 @@ mod tests {
         assert_eq!(run(&[5, 6, 7], &[5, 6, 7, 8]), (3, 8, vec![0, 1, 2, 3]), "all accepted: the bonus token");
         assert_eq!(run(&[5, 6, 7], &[9, 6, 7, 8]), (0, 9, vec![0]), "rejected at once: the LLM's token there");
         assert_eq!(run(&[5, 6, 7], &[5, 9, 7, 8]), (1, 9, vec![0, 1]), "rejected in the middle");
+    }
+
+    #[test]
+    fn a_verifier_that_keeps_up_checks_the_whole_draft() {
+        let ms = Duration::from_millis;
+        for mode in [DraftVerify::Whole, DraftVerify::ByLoad] {
+            assert_eq!(verify_len(mode, 8, ms(0), ms(50)), 8);
+            assert_eq!(verify_len(mode, 8, ms(100), ms(50)), 8, "two batches' wait is keeping up");
+        }
+    }
+
+    #[test]
+    fn by_load_a_draft_shortens_as_the_queue_ages_and_keeps_its_first_token() {
+        let ms = Duration::from_millis;
+        let table = [(200, 4), (400, 2), (800, 1), (60_000, 1)];
+        for (age, want) in table {
+            assert_eq!(verify_len(DraftVerify::ByLoad, 8, ms(age), ms(50)), want, "queue age {age} ms");
+        }
+        assert_eq!(verify_len(DraftVerify::Whole, 8, ms(60_000), ms(50)), 8, "whole: the device's draft as sent");
+        assert_eq!(verify_len(DraftVerify::ByLoad, 0, ms(60_000), ms(50)), 0, "no draft stays none");
+        assert_eq!(verify_len(DraftVerify::ByLoad, 8, ms(10), Duration::ZERO), 1, "a service time not measured yet counts as 1 ms");
     }
 
     #[test]

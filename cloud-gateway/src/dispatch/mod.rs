@@ -40,6 +40,7 @@ use tokio::sync::{oneshot, watch};
 
 pub use contract::{Busy, BusyReason, LlmError, LlmRequest, LlmToken, ModelFacts, Outcome};
 pub use pending::Pending;
+pub use draft::DraftVerify;
 use waiting::Waiting;
 
 use crate::sessions::SessionKey;
@@ -68,18 +69,33 @@ pub struct Dispatcher {
     drain: watch::Receiver<Option<Drain>>,
     /// The escalations admitted and not answered yet, for the queue age.
     waiting: Arc<Waiting>,
+    /// How much of each draft the LLM checks.
+    draft_verify: DraftVerify,
 }
 
 impl Dispatcher {
-    /// `path`, refusing work once the drain watched through `drain` stops taking it.
+    /// `path`, refusing work once the drain watched through `drain` stops taking it; every
+    /// draft checked whole.
     pub fn new(path: Arc<dyn Dispatch>, drain: watch::Receiver<Option<Drain>>) -> Self {
-        Self { path, drain, waiting: Arc::default() }
+        Self { path, drain, waiting: Arc::default(), draft_verify: DraftVerify::Whole }
+    }
+
+    /// Check drafts as `mode` says (`[overload] draft-verify`).
+    pub fn verifying(mut self, mode: DraftVerify) -> Self {
+        self.draft_verify = mode;
+        self
     }
 
     /// Admit `request` and start it, or refuse at once (draining past the admission window,
     /// or the path has no room before `deadline`). Counts the refusal.
-    pub fn try_submit(&self, request: LlmRequest, deadline: Instant) -> Result<Pending, Busy> {
+    pub fn try_submit(&self, mut request: LlmRequest, deadline: Instant) -> Result<Pending, Busy> {
         let now = Instant::now();
+        let service = Duration::from_millis(u64::from(self.path.service_ms()));
+        let keep = draft::verify_len(self.draft_verify, request.draft.len(), self.waiting.oldest_age(now), service);
+        if keep < request.draft.len() {
+            metrics::counter!("duet_gateway_draft_tokens_unchecked_total").increment((request.draft.len() - keep) as u64);
+            request.draft = Arc::from(&request.draft[..keep]);
+        }
         let draining = self.drain.borrow().is_some_and(|d| !d.admits_escalations(now));
         let submitted = match draining {
             // Past the drain's admission window: the device falls back and reconnects elsewhere.

@@ -9,12 +9,13 @@
 //! [`verify_session`] then replays what must have been committed at each position from the
 //! trace and that log, and compares it with what the decode loop actually committed: the same
 //! tokens, in order, none missing or extra, every source right, every fallback counted under
-//! its reason.
+//! its reason. An escalation that carried a draft commits the draft tokens the LLM accepted
+//! (the trace's own tokens from that position on) and the LLM's token after them.
 
 use std::time::Instant;
 
 use common::exchange::FallbackReason;
-use edge_node::decode::{Cloud, CloudAnswer, DecodeStats, TokenSource};
+use edge_node::decode::{Cloud, CloudAnswer, DecodeStats, DraftAnswer, TokenSource};
 use serde::Serialize;
 
 use crate::fixed_backend::expected_token;
@@ -31,8 +32,12 @@ pub struct Escalation {
     pub position: usize,
     /// Hash of the context sent (prompt and every committed token before `position`).
     pub context_hash: u64,
-    /// What came back.
+    /// What came back (for a draft: the LLM's token after the accepted prefix).
     pub answer: CloudAnswer,
+    /// Draft tokens sent with it (0: a plain escalation).
+    pub draft: usize,
+    /// Of them, taken by the LLM (committed before its token).
+    pub accepted: usize,
     /// With a checkable backend: whether the cloud's token is the backend's for that context.
     pub token_ok: Option<bool>,
     /// From asking to the answer (or the fallback), ms.
@@ -79,6 +84,28 @@ impl<'l, C: Cloud> CheckedCloud<'l, C> {
     pub fn into_inner(self) -> C {
         self.inner
     }
+
+    /// Log an escalation of `context` asked at `asked`, its token checked where it can be.
+    fn logged(&mut self, context: &[u32], asked: Instant, rtt_ms: Option<f64>, answer: CloudAnswer, draft: usize, accepted: usize) {
+        let at = Instant::now();
+        let token_ok = match (answer, self.vocab) {
+            (CloudAnswer::Token(t), Some(vocab)) if accepted == 0 => Some(t == expected_token(context, vocab)),
+            _ => None,
+        };
+        let e = Escalation {
+            position: context.len().saturating_sub(self.prompt_len),
+            context_hash: context_hash(context.iter().copied()),
+            answer,
+            draft,
+            accepted,
+            token_ok,
+            waited_ms: at.duration_since(asked).as_secs_f64() * 1e3,
+            rtt_ms,
+            at,
+        };
+        (self.observe)(&e);
+        self.log.push(e);
+    }
 }
 
 impl<C: Cloud> Cloud for CheckedCloud<'_, C> {
@@ -90,22 +117,24 @@ impl<C: Cloud> Cloud for CheckedCloud<'_, C> {
         let rtt_ms = (self.rtt)();
         let asked = Instant::now();
         let answer = self.inner.escalate(context).await;
-        let at = Instant::now();
-        let token_ok = match (answer, self.vocab) {
-            (CloudAnswer::Token(t), Some(vocab)) => Some(t == expected_token(context, vocab)),
-            _ => None,
+        self.logged(context, asked, rtt_ms, answer, 0, 0);
+        answer
+    }
+
+    fn draft_limit(&self) -> usize {
+        self.inner.draft_limit()
+    }
+
+    async fn escalate_draft(&mut self, context: &[u32], draft: &[u32]) -> DraftAnswer {
+        let rtt_ms = (self.rtt)();
+        let asked = Instant::now();
+        let answer = self.inner.escalate_draft(context, draft).await;
+        let (logged, accepted) = match answer {
+            DraftAnswer::Verified { accepted, token } => (CloudAnswer::Token(token), accepted.min(draft.len())),
+            DraftAnswer::Fallback(reason) => (CloudAnswer::Fallback(reason), 0),
         };
-        let e = Escalation {
-            position: context.len().saturating_sub(self.prompt_len),
-            context_hash: context_hash(context.iter().copied()),
-            answer,
-            token_ok,
-            waited_ms: at.duration_since(asked).as_secs_f64() * 1e3,
-            rtt_ms,
-            at,
-        };
-        (self.observe)(&e);
-        self.log.push(e);
+        // The fixed-cost backend accepts nothing, so its token follows the context alone.
+        self.logged(context, asked, rtt_ms, logged, draft.len(), accepted);
         answer
     }
 
@@ -152,14 +181,22 @@ pub fn verify_session(prompt: &[u32], trace_tokens: &[u32], stop: &[u32], commit
     }
     let mut next = log.iter().peekable();
     let mut hash = context_hash(prompt.iter().copied());
+    // Tokens an escalation's answer decided for the positions after its own (accepted draft
+    // tokens, then the LLM's), in order.
+    let mut decided: std::collections::VecDeque<(u32, TokenSource)> = Default::default();
     for (p, &(token, source)) in committed.iter().enumerate() {
         let escalation = match next.peek() {
             Some(e) if e.position == p => next.next(),
             _ => None,
         };
-        let want = match escalation {
-            None => (trace_token(trace_tokens, stop, p), TokenSource::Slm),
-            Some(e) => {
+        if escalation.is_some() && !decided.is_empty() {
+            bad(Some(p), "an escalation for a position an earlier answer decided".into());
+            decided.clear();
+        }
+        let want = match (escalation, decided.pop_front()) {
+            (None, Some(w)) => w,
+            (None, None) => (trace_token(trace_tokens, stop, p), TokenSource::Slm),
+            (Some(e), _) => {
                 c.contexts_checked += 1;
                 if e.context_hash != hash {
                     bad(Some(p), "the escalated context differs from the prompt and the tokens committed before it".into());
@@ -172,7 +209,9 @@ pub fn verify_session(prompt: &[u32], trace_tokens: &[u32], stop: &[u32], commit
                                 bad(Some(p), format!("cloud token {t} is not the backend's token for this context"));
                             }
                         }
-                        (t, TokenSource::Cloud)
+                        decided.extend((0..e.accepted).map(|j| (trace_token(trace_tokens, stop, p + j), TokenSource::Cloud)));
+                        decided.push_back((t, TokenSource::Cloud));
+                        decided.pop_front().unwrap_or((t, TokenSource::Cloud))
                     }
                     CloudAnswer::Fallback(_) => (trace_token(trace_tokens, stop, p), TokenSource::Fallback),
                 }
@@ -225,7 +264,7 @@ mod tests {
 
     fn esc(prompt: &[u32], committed: &[(u32, TokenSource)], position: usize, answer: CloudAnswer, token_ok: Option<bool>) -> Escalation {
         let ctx = prompt.iter().copied().chain(committed[..position].iter().map(|t| t.0));
-        Escalation { position, context_hash: context_hash(ctx), answer, token_ok, waited_ms: 1.0, rtt_ms: Some(1.0), at: Instant::now() }
+        Escalation { position, context_hash: context_hash(ctx), answer, draft: 0, accepted: 0, token_ok, waited_ms: 1.0, rtt_ms: Some(1.0), at: Instant::now() }
     }
 
     fn stats(tokens: usize, escalated: usize, cloud: usize, timeouts: usize) -> DecodeStats {
@@ -293,5 +332,23 @@ mod tests {
         s.routing.fallback(FallbackReason::Busy);
         let v = verify_session(PROMPT, TRACE, &[0], &committed, &log, &s).violations;
         assert!(v.iter().any(|x| x.1.contains("by timeout")) && v.iter().any(|x| x.1.contains("by busy")), "{v:?}");
+    }
+
+    #[test]
+    fn a_draft_commits_its_accepted_prefix_then_the_llms_token_and_nothing_else() {
+        // Position 1 escalated with a draft of 3 (the trace's 11, 12, 13): 2 accepted, then 99.
+        let committed = vec![(10, TokenSource::Slm), (11, TokenSource::Cloud), (12, TokenSource::Cloud), (99, TokenSource::Cloud)];
+        let mut e = esc(PROMPT, &committed, 1, CloudAnswer::Token(99), None);
+        (e.draft, e.accepted) = (3, 2);
+        let s = stats(4, 1, 1, 0);
+        let c = verify_session(PROMPT, TRACE, &[0], &committed, &[e], &s);
+        assert!(c.violations.is_empty(), "{:?}", c.violations);
+        let mut short = committed.clone();
+        short.remove(2);
+        short.push((13, TokenSource::Slm));
+        assert!(!verify_session(PROMPT, TRACE, &[0], &short, &[e], &s).violations.is_empty(), "an accepted draft token lost");
+        let mut over = e;
+        over.accepted = 3;
+        assert!(!verify_session(PROMPT, TRACE, &[0], &committed, &[over], &s).violations.is_empty(), "more accepted than committed");
     }
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::exchange::{DeadlinePolicy, LinkHealth, LinkView};
 use common::protocol::{Frame, WireSampling};
-use edge_node::decode::{decode, Cloud, CloudAnswer, DecodeParams, NoCloud, TokenSource};
+use edge_node::decode::{decode, Cloud, CloudAnswer, DecodeParams, DraftMode, NoCloud, TokenSource};
 use edge_node::link::{Link, LinkConfig};
 use edge_node::link::link_cloud::LinkCloud;
 use edge_node::routing::router::ConfidenceRouter;
@@ -76,6 +76,8 @@ pub struct Env {
     pub policy: DeadlinePolicy,
     /// Send the prompt ahead of the first hard token.
     pub presync: bool,
+    /// Whether escalations carry drafts of the trace's continuation.
+    pub draft: DraftMode,
     /// Set when cloud tokens can be checked (the fixed-cost backend's vocabulary).
     pub check_vocab: Option<usize>,
     /// The gateway's certificate.
@@ -186,7 +188,7 @@ pub async fn run_device(env: Arc<Env>, spec: DeviceSpec, fingerprint: Arc<str>) 
         session_id += 1;
         let log = match &link {
             Some(link) => {
-                let cloud = LinkCloud::new(link, session_id, WireSampling::default(), health, env.presync);
+                let cloud = LinkCloud::new(link, session_id, WireSampling::default(), health, env.presync).with_draft(env.draft);
                 let rtt = move || match link.view() {
                     LinkView::Up { rtt, .. } => Some(rtt.as_secs_f64() * 1e3),
                     LinkView::Down => None,
@@ -230,7 +232,10 @@ async fn run_session<C: Cloud>(env: &Env, spec: DeviceSpec, which: usize, cloud:
     let stop = env.trace.stop_tokens.clone();
     let mut slm = ReplaySlm::new(ts, stop.clone());
     let t0 = env.started;
-    let observe = move |e: &Escalation| g.escalation(e.answer, e.waited_ms, e.rtt_ms, e.at.saturating_duration_since(t0).as_millis() as u64);
+    let observe = move |e: &Escalation| {
+        g.escalation(e.answer, e.waited_ms, e.rtt_ms, e.at.saturating_duration_since(t0).as_millis() as u64);
+        g.drafted(e.draft, e.accepted);
+    };
     let mut cloud = CheckedCloud::new(cloud, ts.prompt.len(), env.check_vocab, rtt, observe);
     let mut committed: Vec<(u32, TokenSource)> = Vec::with_capacity(ts.tokens.len());
     let deadline_max_ms = env.policy.max.as_secs_f64() * 1e3;

@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use cloud_gateway::batcher::backend::{Backend, EmbeddedBackend, EmbeddedOptions, ModelFacts};
-use cloud_gateway::config::{BatcherConfig, GatewayConfig, IdentityConfig, TransportConfig};
+use cloud_gateway::config::{BatcherConfig, DraftVerify, GatewayConfig, IdentityConfig, OverloadConfig, TransportConfig};
 use cloud_gateway::engine::connect::{connect, expected_vocabulary, tokenizer_path};
 use cloud_gateway::engine::pool::PoolConfig;
 use cloud_gateway::Gateway;
@@ -63,6 +63,9 @@ pub struct GatewayArgs {
     /// does with --client-ca (`loadtest fleet --fleet-ca-dir` sets it to the CA's ca-cert.pem).
     #[arg(long, env = "DUET_FLEET_GATEWAY_CLIENT_CA")]
     pub client_ca: Option<PathBuf>,
+    /// How much of each draft the LLM checks (the gateway's `--draft-verify`).
+    #[arg(long, env = "DUET_FLEET_DRAFT_VERIFY", value_enum, default_value_t = DraftVerify::Whole)]
+    pub draft_verify: DraftVerify,
 }
 
 /// What a started gateway tells its parent (one JSON line on stdout).
@@ -119,7 +122,8 @@ pub fn run(args: GatewayArgs) -> anyhow::Result<()> {
         let transport = TransportConfig { listen: args.listen, http_listen: Some(args.http_listen), max_connections: args.max_connections, ..base.transport.clone() };
         let batcher = BatcherConfig { max_batch: args.max_batch, max_wait: Duration::from_millis(args.max_wait_ms), queue_capacity: args.queue_capacity };
         let identity = IdentityConfig { client_ca: args.client_ca.clone(), ..base.identity.clone() };
-        let config = GatewayConfig { transport, batcher, identity, ..base };
+        let overload = OverloadConfig { draft_verify: args.draft_verify, ..base.overload };
+        let config = GatewayConfig { transport, batcher, identity, overload, ..base };
         let (gw, facts) = match backend(&args).await? {
             BackendChoice::Batcher(b) => {
                 let facts = b.facts();
@@ -228,6 +232,8 @@ pub fn to_argv(args: &GatewayArgs) -> Vec<String> {
         args.max_connections.to_string(),
         "--llm-threads".into(),
         args.llm_threads.to_string(),
+        "--draft-verify".into(),
+        clap::ValueEnum::to_possible_value(&args.draft_verify).map_or_else(String::new, |v| v.get_name().to_string()),
     ];
     if let Some(d) = &args.cert_dir {
         v.extend(["--cert-dir".into(), d.display().to_string()]);

@@ -69,6 +69,10 @@ pub struct GroupStats {
     pub fallback_degraded: Count,
     pub fallback_error: Count,
     pub full_syncs: Count,
+    /// Escalations that carried a draft, the draft tokens they sent and those the LLM took.
+    pub drafts: Count,
+    pub draft_tokens_sent: Count,
+    pub draft_tokens_accepted: Count,
     pub context_missing: Count,
     pub reconnects: Count,
     /// Tokens that waited longer than the deadline's maximum plus their own step (and slack).
@@ -117,6 +121,9 @@ impl GroupStats {
             fallback_degraded: Count::default(),
             fallback_error: Count::default(),
             full_syncs: Count::default(),
+            drafts: Count::default(),
+            draft_tokens_sent: Count::default(),
+            draft_tokens_accepted: Count::default(),
             context_missing: Count::default(),
             reconnects: Count::default(),
             stalls: Count::default(),
@@ -175,6 +182,15 @@ impl GroupStats {
             None => RTT_BUCKETS_MS.len() - 1,
         };
         self.by_rtt[bucket][outcome].add(1);
+    }
+
+    /// Count a draft of `sent` tokens of which the LLM took `accepted` (nothing for none).
+    pub fn drafted(&self, sent: usize, accepted: usize) {
+        if sent > 0 {
+            self.drafts.add(1);
+            self.draft_tokens_sent.add(sent as u64);
+            self.draft_tokens_accepted.add(accepted as u64);
+        }
     }
 
     /// Fallbacks (all reasons).

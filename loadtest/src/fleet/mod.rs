@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use common::exchange::DeadlinePolicy;
+use edge_node::decode::DraftMode;
 
 use self::device::{BlackoutSchedule, DeviceSpec, Env, Group};
 use self::gateway::{GatewayArgs, GatewayProcess};
@@ -117,6 +118,10 @@ pub struct FleetArgs {
     /// Do not send the prompt ahead of the first hard token.
     #[arg(long, env = "DUET_FLEET_NO_PRESYNC")]
     pub no_presync: bool,
+    /// Escalations carry drafts (`adaptive`: the trace's continuation, at the length the edge's
+    /// draft rule chooses) or none (`off`, one token per escalation).
+    #[arg(long, env = "DUET_FLEET_DRAFT", value_enum, default_value_t = DraftMode::Off)]
+    pub draft: DraftMode,
     /// Seconds between a device's pings (the transport baseline).
     #[arg(long, env = "DUET_FLEET_PING_INTERVAL_S", default_value_t = 5.0)]
     pub ping_interval_s: f64,
@@ -357,6 +362,7 @@ pub async fn run_fleet(plan: Plan, exe: &Path) -> anyhow::Result<RunResult> {
         tau: plan.tau,
         policy: plan.policy,
         presync: !args.no_presync,
+        draft: args.draft,
         check_vocab: args.gateway.backend.tokens_checkable().then_some(plan.trace.vocab_size),
         cert: gw.cert.clone(),
         started,

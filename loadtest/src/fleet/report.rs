@@ -90,6 +90,13 @@ pub struct GroupReport {
     /// The same per second of load.
     pub goodput_per_s: f64,
     pub full_syncs: u64,
+    /// Escalations that carried a draft (`--draft adaptive`).
+    pub drafts: u64,
+    /// Draft tokens sent, and those the LLM took.
+    pub draft_tokens_sent: u64,
+    pub draft_tokens_accepted: u64,
+    /// Tokens the LLM chose or accepted: cloud tokens plus accepted draft tokens.
+    pub llm_checked_tokens: u64,
     pub context_missing: u64,
     pub reconnects: u64,
     /// Tokens that waited more than the deadline's maximum plus their own step (+250 ms).
@@ -263,6 +270,10 @@ fn group_report(g: &GroupStats, r: &RunResult, local_tps: Option<f64>) -> GroupR
         goodput: ratio(g.cloud.get() as f64, escalated as f64),
         goodput_per_s: g.cloud.get() as f64 / plan.args.duration_s,
         full_syncs: g.full_syncs.get(),
+        drafts: g.drafts.get(),
+        draft_tokens_sent: g.draft_tokens_sent.get(),
+        draft_tokens_accepted: g.draft_tokens_accepted.get(),
+        llm_checked_tokens: g.cloud.get() + g.draft_tokens_accepted.get(),
         context_missing: g.context_missing.get(),
         reconnects: g.reconnects.get(),
         stalls: g.stalls.get(),

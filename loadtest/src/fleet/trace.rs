@@ -175,7 +175,9 @@ impl Trace {
 
 /// The SLM of a simulated device: replays one recorded session through the real decode loop
 /// (as [`TraceSlm`]: a cloud token does not change what the trace proposes next) and sleeps
-/// each step's recorded time (the first also the prompt's prefill) in [`Slm::pace`].
+/// each step's recorded time (the first also the prompt's prefill) in [`Slm::pace`]. It
+/// rewinds as the model does, so a draft is the trace's continuation, decoded at its
+/// recorded pace, and a rejected draft's tail is decoded again after the LLM's token.
 #[derive(Debug)]
 pub struct ReplaySlm {
     inner: TraceSlm,
@@ -215,6 +217,14 @@ impl Slm for ReplaySlm {
 
     fn has_room(&self) -> bool {
         self.inner.has_room()
+    }
+
+    fn can_rewind(&self) -> bool {
+        self.inner.can_rewind()
+    }
+
+    fn rewind(&mut self, len: usize) {
+        self.inner.rewind(len)
     }
 
     fn pace(&mut self) -> impl std::future::Future<Output = ()> + Send {
