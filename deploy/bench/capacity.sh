@@ -7,14 +7,16 @@
 # the same drafts checked by load (`--draft-verify by-load`). Devices replay the recorded
 # 0.5B traces of CommonsenseQA and code prompts (loadtest/traces), so draft lengths and the
 # LLM's acceptance are the real models'. The level: at least SERVED of escalations answered
-# in time and the devices' ITL p99 at most ITL_MS, no stall, no violation.
+# in time and the devices' ITL p99 at most ITL_MS, no stall, no violation, and at least 40
+# escalations in the probe (fewer cannot measure a share). SERVED is 0.95 by default: on 2
+# cores a probe sees 40-300 escalations, where 0.99 would be decided by one or two of them.
 #
 #   deploy/bench/capacity.sh                      # both servers
 #   SERVERS=llamacpp DURATION=30 deploy/bench/capacity.sh
 #
-# Knobs: SERVERS ("llamacpp embedded"), RATE (0.1), MIX (cqa=50,code=50), THINK (10 s between a
+# Knobs: SERVERS ("llamacpp embedded"), RATE (0.1), MIX (cqa=50,code=50), THINK (2 s between a
 # device's sessions), DURATION (60 s of load per probe), PROFILE (4g), NP (4 llama-server
-# slots), SERVED (0.99), ITL_MS (1000), MAX_DEVICES (256), OUT (report directory). Each
+# slots), SERVED (0.95), ITL_MS (1000), MAX_DEVICES (256), OUT (report directory). Each
 # server's capacity.md is printed; capacity.html plots served share against fleet size.
 # On a shared machine stop other work first: the server's CPU is what is measured.
 set -euo pipefail
@@ -24,11 +26,11 @@ export DUET_HOME="${DUET_HOME:-$HOME/.cache/duet}"
 SERVERS="${SERVERS:-llamacpp embedded}"
 RATE="${RATE:-0.1}"
 MIX="${MIX:-cqa=50,code=50}"
-THINK="${THINK:-10}"
+THINK="${THINK:-2}"
 DURATION="${DURATION:-60}"
 PROFILE="${PROFILE:-4g}"
 NP="${NP:-4}"
-SERVED="${SERVED:-0.99}"
+SERVED="${SERVED:-0.95}"
 ITL_MS="${ITL_MS:-1000}"
 MAX_DEVICES="${MAX_DEVICES:-256}"
 PORT="${PORT:-18093}"

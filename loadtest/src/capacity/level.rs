@@ -7,7 +7,8 @@
 //! the LLM for and did not get: what routing buys is lost there), **and the devices'
 //! inter-token p99 within `itl_p99_ms`** (a device waits for its escalations; a server that
 //! answers everything but slowly stalls the text). A run with a stall past the deadline's
-//! maximum, or any correctness violation, never meets it.
+//! maximum, or any correctness violation, never meets it; nor does one with too few
+//! escalations to measure a share (raise the probe's duration or lower the think time).
 
 use serde::Serialize;
 
@@ -20,6 +21,9 @@ pub struct ServiceLevel {
     pub served: f64,
     /// Largest inter-token p99 of the devices, ms.
     pub itl_p99_ms: f64,
+    /// Fewest escalations a probe must see for its served share to mean anything (at 40, one
+    /// escalation is 2.5 %).
+    pub min_escalations: u64,
 }
 
 /// One fleet run, as the capacity search sees it.
@@ -97,8 +101,8 @@ impl Probe {
         if self.violations > 0 {
             why.push(format!("{} correctness violations", self.violations));
         }
-        if self.escalated == 0 {
-            why.push("no escalation: nothing measured".into());
+        if self.escalated < level.min_escalations.max(1) {
+            why.push(format!("{} escalations: too few to judge (at least {})", self.escalated, level.min_escalations.max(1)));
         }
         if self.served < level.served {
             why.push(format!("served {:.3} < {}", self.served, level.served));
@@ -150,7 +154,7 @@ mod tests {
         }
     }
 
-    const LEVEL: ServiceLevel = ServiceLevel { served: 0.99, itl_p99_ms: 1000.0 };
+    const LEVEL: ServiceLevel = ServiceLevel { served: 0.99, itl_p99_ms: 1000.0, min_escalations: 40 };
 
     #[test]
     fn the_level_holds_only_when_every_part_of_it_does() {
@@ -163,9 +167,11 @@ mod tests {
     }
 
     #[test]
-    fn a_run_without_escalations_measured_nothing_and_does_not_hold() {
+    fn a_run_with_too_few_escalations_to_measure_a_share_does_not_hold() {
         let mut p = probe(1.0, 100.0, 0, 0);
         p.escalated = 0;
-        assert!(p.shortfall(&LEVEL).is_some_and(|w| w.contains("nothing measured")));
+        assert!(p.shortfall(&LEVEL).is_some_and(|w| w.contains("0 escalations: too few")));
+        p.escalated = 39;
+        assert!(p.shortfall(&LEVEL).is_some_and(|w| w.contains("too few to judge")), "one escalation would move the share by 2.5 %");
     }
 }

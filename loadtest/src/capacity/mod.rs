@@ -76,6 +76,9 @@ pub struct CapacityArgs {
     /// Largest inter-token p99 of the devices, ms.
     #[arg(long, env = "DUET_CAPACITY_ITL_P99_MS", default_value_t = 1000.0)]
     pub itl_p99_ms: f64,
+    /// Fewest escalations a probe must see to be judged.
+    #[arg(long, env = "DUET_CAPACITY_MIN_ESCALATIONS", default_value_t = 40)]
+    pub min_escalations: u64,
     /// Largest fleet tried (the answer is a lower bound if it still holds there).
     #[arg(long, env = "DUET_CAPACITY_MAX_DEVICES", default_value_t = 4096)]
     pub max_devices: usize,
@@ -145,7 +148,7 @@ pub fn run(args: CapacityArgs) -> anyhow::Result<()> {
     anyhow::ensure!(!args.rows.is_empty(), "--rows needs at least one row");
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let exe = std::env::current_exe().context("locating the loadtest binary (it starts the gateway)")?;
-    let level = ServiceLevel { served: args.served_at_least, itl_p99_ms: args.itl_p99_ms };
+    let level = ServiceLevel { served: args.served_at_least, itl_p99_ms: args.itl_p99_ms, min_escalations: args.min_escalations };
     let trace = fleet::trace::Trace::load(&args.fleet.gateway.trace)?;
     let mut rows = Vec::new();
     for &row in &args.rows {

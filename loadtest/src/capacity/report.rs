@@ -123,7 +123,7 @@ impl CapacityReport {
         let _ = write!(
             out,
             "<h1>Devices per LLM server</h1><p>Backend <code>{}</code>; trace <code>{}</code> (sessions {}), escalation rate {}; think time {} s; {} s of load per probe; profiles {}. \
-             Level: at least {} of escalations answered in time and ITL p99 at most {} ms, no stall, no violation.</p><pre>{}</pre><div>",
+             Level: at least {} of escalations answered in time and ITL p99 at most {} ms, no stall, no violation, at least {} escalations.</p><pre>{}</pre><div>",
             esc(&self.backend),
             esc(&self.trace),
             esc(&self.session_mix),
@@ -133,6 +133,7 @@ impl CapacityReport {
             esc(&self.profiles),
             self.level.served,
             self.level.itl_p99_ms,
+            self.level.min_escalations,
             esc(&self.markdown())
         );
         let series = |pick: fn(&super::level::Probe) -> f64| -> Vec<Series> {
