@@ -7,17 +7,18 @@
 # the same drafts checked by load (`--draft-verify by-load`). Devices replay the recorded
 # 0.5B traces of CommonsenseQA and code prompts (loadtest/traces), so draft lengths and the
 # LLM's acceptance are the real models'. The level: at least SERVED of escalations answered
-# in time and the devices' ITL p99 at most ITL_MS, no stall, no violation, and at least 40
-# escalations in the probe (fewer cannot measure a share). SERVED is 0.95 by default: on 2
-# cores a probe sees 40-300 escalations, where 0.99 would be decided by one or two of them.
+# in time and the devices' ITL p99 at most ITL_MS, no stall, no violation, and at least
+# MIN_ESC escalations in the probe (fewer cannot measure a share). SERVED is 0.95 by default:
+# on 2 cores a probe sees 20-300 escalations, where 0.99 would be decided by one or two.
 #
 #   deploy/bench/capacity.sh                      # both servers
 #   SERVERS=llamacpp DURATION=30 deploy/bench/capacity.sh
 #
 # Knobs: SERVERS ("llamacpp embedded"), RATE (0.1), MIX (cqa=50,code=50), THINK (2 s between a
 # device's sessions), DURATION (60 s of load per probe), PROFILE (4g), NP (4 llama-server
-# slots), SERVED (0.95), ITL_MS (1000), MAX_DEVICES (256), OUT (report directory). Each
-# server's capacity.md is printed; capacity.html plots served share against fleet size.
+# slots), SERVED (0.95), ITL_MS (1000), MIN_ESC (20), START (2: the first fleet tried),
+# MAX_DEVICES (256), OUT (report directory). Each server's capacity.md is printed;
+# capacity.html plots the served share against fleet size.
 # On a shared machine stop other work first: the server's CPU is what is measured.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -33,6 +34,8 @@ NP="${NP:-4}"
 SERVED="${SERVED:-0.95}"
 ITL_MS="${ITL_MS:-1000}"
 MAX_DEVICES="${MAX_DEVICES:-256}"
+START="${START:-2}"
+MIN_ESC="${MIN_ESC:-20}"
 PORT="${PORT:-18093}"
 out="${OUT:-$(mktemp -d -t duet-capacity-XXXXXX)}"
 mkdir -p "$out"
@@ -49,7 +52,7 @@ capacity() {
   shift
   mkdir -p "$out/$name"
   ./target/release/loadtest --log error capacity --out "$out/$name" --served-at-least "$SERVED" --itl-p99-ms "$ITL_MS" \
-    --max-devices "$MAX_DEVICES" --devices 1 --ramp-up-s 5 --duration-s "$DURATION" --think-time-s "$THINK" \
+    --max-devices "$MAX_DEVICES" --devices "$START" --min-escalations "$MIN_ESC" --ramp-up-s 5 --duration-s "$DURATION" --think-time-s "$THINK" \
     --escalation-rate "$RATE" --mix "$MIX" --profiles "$PROFILE" --baseline-devices 1 --progress-s 0 "$@" \
     >"$out/$name/stdout.md" 2>"$out/$name/log"
   echo "### $name"

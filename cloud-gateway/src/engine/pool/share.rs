@@ -162,6 +162,12 @@ impl WorkShare {
         d.seen = now;
         let mine = *d;
         self.evict(device);
+        if !self.others_active(device) {
+            // Alone on the pool, its fair share is all of it: only the cost rule may refuse it.
+            // (A budget the estimate's margin has eaten to nothing refused a lone device's hard
+            // token while its own prompt pre-sync was in flight, work the engine answered.)
+            return Ok(());
+        }
         let total: usize = self.devices.values().map(|d| d.in_flight).sum();
         let first = self.owed_ask(&mine, budget);
         if first > 0 && total.saturating_add(cost).saturating_add(first) > budget {
@@ -514,7 +520,7 @@ mod tests {
             assert_eq!(share.admit(&flood, 20, 1_000, t0), Ok(()));
             share.start(&flood, 20, t0);
         }
-        assert!(share.admit(&flood, 20, 1_000, t0).is_err(), "not past the budget");
+        assert_eq!(share.admit(&flood, 20, 1_000, t0), Ok(()), "alone, even past the budget: that is the cost rule's to refuse");
         // Once the light devices' window has passed, what they asked counts no longer.
         let mut share = WorkShare::new(64, DEFAULT_WINDOW);
         share.admit(&id("light"), 500, 1_000, t0).unwrap();
@@ -525,7 +531,19 @@ mod tests {
     }
 
     #[test]
-    fn devices_whose_sessions_ended_leave_a_newcomer_the_whole_budget() {
+    fn a_device_alone_is_never_refused_for_its_share_even_when_the_margin_leaves_no_budget() {
+        let t0 = Instant::now();
+        let mut share = WorkShare::new(64, DEFAULT_WINDOW);
+        let lone = id("lone");
+        assert_eq!(share.admit(&lone, 112, 0, t0), Ok(()));
+        share.start(&lone, 112, t0); // its prompt pre-sync, in flight
+        assert_eq!(share.admit(&lone, 115, 0, t0 + 100 * MS), Ok(()), "its hard token behind its own pre-sync");
+        share.admit(&id("other"), 10, 0, t0 + 200 * MS).ok();
+        assert!(share.admit(&lone, 115, 0, t0 + 300 * MS).is_err(), "with another device asking, shares apply again");
+    }
+
+    #[test]
+    fn devices_whose_sessions_ended_leave_a_newcomer_alone_on_the_pool() {
         let t0 = Instant::now();
         let mut share = WorkShare::new(64, DEFAULT_WINDOW);
         for i in 0..20 {
@@ -542,7 +560,7 @@ mod tests {
             share.start(&lone, 20, t0 + 200 * MS);
             held += 20;
         }
-        assert_eq!(held, 400, "alone on the pool, its share is the whole budget");
+        assert_eq!(held, 1_000, "alone on the pool, nothing of it is refused for its share (the cost rule bounds it)");
     }
 
     #[test]
