@@ -16,7 +16,7 @@
 #
 # Knobs: SERVERS ("llamacpp embedded"), RATE (0.1), MIX (cqa=50,code=50), THINK (2 s between a
 # device's sessions), DURATION (60 s of load per probe), PROFILE (4g), NP (4 llama-server
-# slots), SERVED (0.95), ITL_MS (1000), MIN_ESC (20), START (2: the first fleet tried),
+# slots), SERVED (0.95), ITL_MS (1500: half the edge's 3 s deadline cap), MIN_ESC (20), START (2: the first fleet tried),
 # MAX_DEVICES (256), OUT (report directory). Each server's capacity.md is printed;
 # capacity.html plots the served share against fleet size.
 # On a shared machine stop other work first: the server's CPU is what is measured.
@@ -32,7 +32,7 @@ DURATION="${DURATION:-60}"
 PROFILE="${PROFILE:-4g}"
 NP="${NP:-4}"
 SERVED="${SERVED:-0.95}"
-ITL_MS="${ITL_MS:-1000}"
+ITL_MS="${ITL_MS:-1500}"
 MAX_DEVICES="${MAX_DEVICES:-256}"
 START="${START:-2}"
 MIN_ESC="${MIN_ESC:-20}"

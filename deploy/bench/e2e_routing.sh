@@ -3,6 +3,8 @@
 # loopback, at several tau (escalation rates), local-only (tau 0) as the baseline of the same run.
 # An entry "rate:R" runs the trained router file at target escalation rate R instead of a tau.
 # Usage: deploy/bench/e2e_routing.sh ["TAU|rate:R ..."] [MAX_NEW_TOKENS]
+# EDGE=PATH runs another build's edge-node against this build's gateway (a same-run baseline
+# of the device's rules).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -10,6 +12,7 @@ export DUET_HOME="${DUET_HOME:-$HOME/.cache/duet}"
 taus="${1:-0 0.35 1}"
 n="${2:-96}"
 cargo build --release -q -p edge-node -p cloud-gateway
+edge="${EDGE:-./target/release/edge-node}"
 port=$((20000 + RANDOM % 20000))
 log="$(mktemp)"
 ./target/release/cloud-gateway --listen "127.0.0.1:$port" --http-listen off --log warn >"$log" 2>&1 &
@@ -26,7 +29,7 @@ for tau in $taus; do
     rate:*) policy=(--router default --escalation-rate "${tau#rate:}") ;;
     *) policy=(--tau "$tau") ;;
   esac
-  json="$(./target/release/edge-node generate --chat --prompt "$prompt" --max-new-tokens "$n" --gateway "127.0.0.1:$port" "${policy[@]}" --json)"
+  json="$("$edge" generate --chat --prompt "$prompt" --max-new-tokens "$n" --gateway "127.0.0.1:$port" "${policy[@]}" --json)"
   row="$(python3 - "$json" "$tau" "${base:-0}" <<'PY'
 import json, sys
 d = json.loads(sys.argv[1]); tau = sys.argv[2]; base = float(sys.argv[3]) or d["tokens_per_s"]

@@ -1,8 +1,8 @@
 //! `loadtest fleet` end to end: a small fleet against a real gateway (fixed-cost backend, its
 //! own process) through the impairment relay passes every device's correctness checks under
 //! `4g` and under blackouts, and with a certificate per device against a gateway that verifies
-//! them (which refuses devices without one); bad options are refused with a message that says
-//! what to fix.
+//! them (which refuses devices without one), and with drafts; bad options are refused with a
+//! message that says what to fix.
 //! Kept to about ten seconds of load each; the long measurements are in BENCHMARKS.md.
 
 use std::path::Path;
@@ -53,6 +53,15 @@ fn a_small_fleet_on_4g_passes_every_correctness_check() {
     assert!(r.gateway.rss_idle_mib.is_some(), "the gateway's own process was sampled");
     assert!(r.local_only.as_ref().is_some_and(|l| l.tokens > 0 && l.escalated == 0), "the local-only baseline ran");
     assert!(r.relays[0].up.packets_in > 0 && r.relays[0].up.dropped.loss > 0, "1 % loss was applied: {:?}", r.relays[0].up);
+}
+
+#[test]
+fn a_small_fleet_whose_escalations_carry_drafts_passes_every_correctness_check() {
+    let r = run(args(&["--profiles", "direct", "--draft", "adaptive"]));
+    assert_correct(&r);
+    let p = &r.profiles[0];
+    assert!(p.drafts > 50 && p.draft_tokens_sent >= p.drafts, "the devices drafted: {p:?}");
+    assert_eq!(p.draft_tokens_accepted, 0, "the fixed-cost backend accepts nothing: its token follows the context alone");
 }
 
 #[test]

@@ -77,6 +77,21 @@ const MAX_PENDING_PREFILLS: usize = 4;
 /// Weight of a new sample in the estimates (exponentially weighted moving averages).
 const SAMPLE_WEIGHT: f64 = 0.2;
 
+/// The service time one answer teaches, ms: how long the gateway held the escalation as the
+/// device saw it (`waited` from sending to the answer, less the link's round trip `rtt`), and
+/// at least what the gateway reported its LLM spent (`llm_ms`).
+///
+/// The LLM's own time leaves out the gateway's queue: a device that learned only that set
+/// deadlines its escalations could not meet whenever other work (another session's prefill, a
+/// batch already running) was ahead of them, and after the back-off of a timeout the next
+/// answer put the short estimate straight back, so the misses repeated (an SLM and its LLM on
+/// one machine: 9 of 10 hard tokens expired in the gateway's queue with 177-208 ms budgets).
+/// What the device waited for is what its next deadline must allow.
+pub fn service_sample(llm_ms: u32, waited: Duration, rtt: Duration) -> u32 {
+    let held = waited.saturating_sub(rtt).as_millis().min(u128::from(u32::MAX)) as u32;
+    held.max(llm_ms)
+}
+
 /// Tracks escalation outcomes and decides whether to escalate at all.
 #[derive(Debug, Clone)]
 pub struct LinkHealth {
@@ -208,7 +223,8 @@ impl LinkHealth {
     }
 
     /// The cloud answered an escalation that sent `tokens_sent` context tokens; `llm_ms` is
-    /// the gateway's reported service time for it.
+    /// the service time it teaches ([`service_sample`]: what the gateway held it, queue
+    /// included).
     pub fn success(&mut self, tokens_sent: usize, llm_ms: u32) {
         self.consecutive_failures = 0;
         self.local_until = None;
@@ -415,6 +431,21 @@ mod tests {
         // Short answers move the service time gradually.
         h.success(1, 200);
         assert_eq!(ms(h.deadline(Duration::ZERO, 0)), 120);
+    }
+
+    #[test]
+    fn an_answer_teaches_the_time_the_gateway_held_it_queue_included_at_least_the_llms() {
+        let ms = Duration::from_millis;
+        assert_eq!(service_sample(40, ms(700), ms(100)), 600, "queued behind other work: the wait less the round trip");
+        assert_eq!(service_sample(40, ms(120), ms(100)), 40, "never below what the LLM reported");
+        assert_eq!(service_sample(40, ms(50), ms(100)), 40, "an RTT estimate above the wait teaches the LLM's time");
+        // After a timeout's back-off the next answer replaces the estimate: with the wait, not
+        // the LLM's share of it, so the next deadline covers the queue that caused the miss.
+        let p = DeadlinePolicy { k: 0.0, min: ms(30), max: ms(3000), ..DeadlinePolicy::default() };
+        let mut h = LinkHealth::new(p, ms(40));
+        h.timeout(Instant::now());
+        h.success(1, service_sample(40, ms(700), ms(100)));
+        assert_eq!(h.deadline(Duration::ZERO, 0), ms(600));
     }
 
     #[test]

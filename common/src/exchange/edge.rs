@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::deadline::{LinkHealth, PrefillReport};
+use super::deadline::{service_sample, LinkHealth, PrefillReport};
 use crate::protocol::{encode_frame, ContextSync, ContextTracker, ErrorCode, Frame, Inserted, ReorderBuffer, WireSampling, MAX_DEADLINE_MS, MAX_DRAFT_TOKENS};
 
 /// How many unresolved seqs a session may have at once (only one escalation waits at a time;
@@ -171,6 +171,8 @@ struct Waiting {
     draft: Vec<u32>,
     /// Whether the frame sent carries the whole context.
     full: bool,
+    /// The link's round trip when it was sent (what of the wait is not the gateway's).
+    rtt: Duration,
 }
 
 /// A prompt pre-sync still being prefilled by the gateway: a hard token queued behind it waits
@@ -317,7 +319,7 @@ impl EdgeSession {
         };
         let draft = &draft[..draft.len().min(MAX_DRAFT_TOKENS)];
         let budget = self.health.deadline_behind(rtt, to_send + draft.len(), ahead);
-        self.waiting = Some(Waiting { seq: 0, started: now, deadline: now + budget, budget, sent: 0, resends: 0, max_frame_bytes, draft: draft.to_vec(), full: false });
+        self.waiting = Some(Waiting { seq: 0, started: now, deadline: now + budget, budget, sent: 0, resends: 0, max_frame_bytes, draft: draft.to_vec(), full: false, rtt });
         self.send(context, now)
     }
 
@@ -405,9 +407,9 @@ impl EdgeSession {
         match frame {
             Frame::Token { token_id, llm_ms, .. } => {
                 self.tracker.acknowledge(seq);
-                self.health.success(w.sent, llm_ms);
-                self.waiting = None;
                 let waited = now.saturating_duration_since(w.started);
+                self.health.success(w.sent, service_sample(llm_ms, waited, w.rtt));
+                self.waiting = None;
                 tracing::debug!(waited_ms = waited.as_millis() as u64, budget_ms = w.budget.as_millis() as u64, sent = w.sent, llm_ms, "cloud token");
                 Step::Done(Outcome::Cloud { token: token_id, waited })
             }
@@ -415,9 +417,9 @@ impl EdgeSession {
                 let accepted = usize::try_from(accepted).unwrap_or(0);
                 // The gateway appended the accepted draft tokens before answering.
                 self.tracker.draft_accepted(seq, accepted);
-                self.health.success(w.sent, llm_ms);
-                self.waiting = None;
                 let waited = now.saturating_duration_since(w.started);
+                self.health.success(w.sent, service_sample(llm_ms, waited, w.rtt));
+                self.waiting = None;
                 tracing::debug!(waited_ms = waited.as_millis() as u64, budget_ms = w.budget.as_millis() as u64, sent = w.sent, accepted, draft = w.draft.len(), llm_ms, "draft verified");
                 Step::Done(Outcome::Verified { accepted, token: token_id, waited })
             }
