@@ -13,6 +13,7 @@
 #
 #   deploy/bench/capacity.sh                      # both servers
 #   SERVERS=llamacpp DURATION=30 deploy/bench/capacity.sh
+#   SERVERS=engine=sglang=http://gpu-host:30000 deploy/bench/capacity.sh   # a GPU engine
 #
 # Knobs: SERVERS ("llamacpp embedded"), RATE (0.1), MIX (cqa=50,code=50), THINK (2 s between a
 # device's sessions), DURATION (60 s of load per probe), PROFILE (4g), NP (4 llama-server
@@ -67,7 +68,9 @@ for server in $SERVERS; do
       llama_stop
       ;;
     embedded) capacity embedded --backend embedded ;;
-    *) echo "SERVERS: $server is not llamacpp or embedded" >&2; exit 2 ;;
+    # An engine already running elsewhere (SGLang or vLLM on a GPU host): engine=KIND=URL.
+    engine=*) name="${server#engine=}"; capacity "${name%%=*}" --backend "$server" ;;
+    *) echo "SERVERS: $server is not llamacpp, embedded or engine=KIND=URL" >&2; exit 2 ;;
   esac
 done
 say "done: $out"
