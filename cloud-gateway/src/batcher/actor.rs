@@ -221,6 +221,7 @@ impl BatcherState {
         }
         self.backend = Some(backend);
         self.figures.learned.observe(rows.max(1), self.running_cost.max(rows), backend_ms, !self.running.is_empty());
+        self.queue.pace(self.figures.learned.cost_model().batch_ms);
         metrics::histogram!("duet_gateway_backend_latency_seconds").record(backend_ms / 1e3);
         let llm_ms = backend_ms.round() as u32;
         tracing::debug!(batch = self.running.len(), backend_ms = llm_ms, queued = self.queue.len(), "batch done");
@@ -251,8 +252,10 @@ impl Actor for Batcher {
     type Arguments = (Box<dyn Backend>, BatcherConfig, OverloadConfig, Arc<Figures>, SharedBook);
 
     async fn pre_start(&self, _myself: ActorRef<Self::Msg>, (backend, config, overload, figures, book): Self::Arguments) -> Result<Self::State, ActorProcessingErr> {
+        let mut queue = fair_queue(PendingQueue::new(config.max_batch, config.max_wait).with_token_cap(overload.max_batch_tokens), config, overload);
+        queue.pace(figures.learned.cost_model().batch_ms);
         Ok(BatcherState {
-            queue: fair_queue(PendingQueue::new(config.max_batch, config.max_wait).with_token_cap(overload.max_batch_tokens), config, overload),
+            queue,
             backend: Some(backend),
             running: Vec::new(),
             prefilling: Vec::new(),

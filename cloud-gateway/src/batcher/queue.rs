@@ -2,8 +2,11 @@
 //! passed in, so every rule is unit-tested with simulated time (TGI's `next_batch` idea).
 //!
 //! Rules:
-//! - a batch is due when `max_batch` escalations wait or the oldest has waited `max_wait`
-//!   ([`PendingQueue::is_due`], [`PendingQueue::flush_at`] for the timer);
+//! - a batch is due when `max_batch` escalations wait, when the tokens waiting fill
+//!   `max_batch_tokens` (the next cut is full: waiting for company only delays it), or when the
+//!   oldest has waited the batch window ([`PendingQueue::is_due`], [`PendingQueue::flush_at`]
+//!   for the timer): `max_wait`, or half a batch step when a step is cheaper than that
+//!   ([`batch_window`]: company is worth waiting for only as long as the step it shares);
 //! - a cut takes at most `max_batch` escalations, at most one per session, oldest first, so a
 //!   session's escalations reach the backend in `seq` order ([`PendingQueue::cut`]);
 //! - an escalation whose device stopped waiting (its reply receiver was dropped: the stream
@@ -186,11 +189,23 @@ pub struct PendingQueue {
     pending: VecDeque<Escalation>,
     max_batch: usize,
     max_wait: Duration,
+    /// How long the oldest escalation waits for company now ([`batch_window`]).
+    window: Duration,
     max_batch_tokens: usize,
     /// Sessions to prefill with leftover room: (their context, tokens computed so far).
     warming: VecDeque<(LlmRequest, usize)>,
     /// Who goes next between devices, when fair sharing is on.
     fair: Option<FairShare>,
+}
+
+/// How long a batch waits for company when one backend step costs `step_ms`: at most
+/// `max_wait`, and at most half a step. An escalation that joins a batch saves a step of its
+/// own; waiting longer than the step it would share delays every row by more than the sharing
+/// saves (a backend whose step is a fraction of a millisecond gets no window at all; the
+/// embedded LLM's step of 100 ms and more keeps all of `max_wait`).
+pub fn batch_window(max_wait: Duration, step_ms: f64) -> Duration {
+    let half_step = if step_ms.is_finite() && step_ms > 0.0 { Duration::from_secs_f64(step_ms / 2e3) } else { Duration::ZERO };
+    max_wait.min(half_step)
 }
 
 /// Most sessions waiting to be warmed; beyond it the oldest is forgotten.
@@ -200,7 +215,13 @@ impl PendingQueue {
     /// An empty queue cutting batches of at most `max_batch` after at most `max_wait`, with no
     /// cost cap (see [`Self::with_token_cap`]).
     pub fn new(max_batch: usize, max_wait: Duration) -> Self {
-        Self { pending: VecDeque::new(), max_batch: max_batch.max(1), max_wait, max_batch_tokens: usize::MAX, warming: VecDeque::new(), fair: None }
+        Self { pending: VecDeque::new(), max_batch: max_batch.max(1), max_wait, window: max_wait, max_batch_tokens: usize::MAX, warming: VecDeque::new(), fair: None }
+    }
+
+    /// A batch step of the backend costs `step_ms` (as learned): wait for company at most
+    /// [`batch_window`] of it.
+    pub fn pace(&mut self, step_ms: f64) {
+        self.window = batch_window(self.max_wait, step_ms);
     }
 
     /// Cap each batch at `max_batch_tokens` tokens of prefill (at least 1).
@@ -284,16 +305,26 @@ impl PendingQueue {
         self.pending.is_empty()
     }
 
-    /// When the oldest escalation will have waited `max_wait`: when the timer should fire if
-    /// the batch does not fill first. `None` when nothing waits.
+    /// When the oldest escalation will have waited the batch window: when the timer should
+    /// fire if the batch does not fill first. `None` when nothing waits.
     pub fn flush_at(&self) -> Option<Instant> {
-        self.pending.front().map(|e| e.enqueued + self.max_wait)
+        self.pending.front().map(|e| e.enqueued + self.window)
     }
 
-    /// Whether a batch should be cut now: `max_batch` escalations wait, or the oldest has
-    /// waited `max_wait`.
+    /// Whether a batch should be cut now: `max_batch` escalations wait, their tokens fill
+    /// `max_batch_tokens`, or the oldest has waited `max_wait`.
     pub fn is_due(&self, now: Instant) -> bool {
-        self.pending.len() >= self.max_batch || self.flush_at().is_some_and(|at| at <= now)
+        self.pending.len() >= self.max_batch || self.tokens_fill_a_batch() || self.flush_at().is_some_and(|at| at <= now)
+    }
+
+    /// Whether the escalations waiting cost at least what one batch may run: a cut now is as
+    /// full as one after the window (the queue is bounded, so the sum stops early or is short).
+    fn tokens_fill_a_batch(&self) -> bool {
+        let mut tokens = 0usize;
+        self.pending.iter().any(|e| {
+            tokens = tokens.saturating_add(e.cost);
+            tokens >= self.max_batch_tokens
+        })
     }
 
     /// The next batch if one is due now (see [`Self::is_due`]); `None` if none is due or if
@@ -592,6 +623,42 @@ mod tests {
         assert_eq!(lens(&q.next_batch(t0).unwrap()), [1, 2]);
         assert_eq!(q.len(), 1);
         assert!(!q.is_due(t0), "one escalation, not yet waited max_wait");
+    }
+
+    #[test]
+    fn a_batch_whose_waiting_tokens_fill_the_token_cap_is_due_without_waiting_for_company() {
+        let t0 = Instant::now();
+        let mut q = PendingQueue::new(16, WAIT).with_token_cap(32);
+        let mut rx = Vec::new();
+        for (s, cost) in [(1, 10), (2, 10), (3, 10)] {
+            let (e, r) = costly(s, cost, t0, Duration::from_secs(1));
+            q.push(e);
+            rx.push(r);
+        }
+        assert!(!q.is_due(t0), "30 of 32 tokens: company may still fit");
+        let (e, r) = costly(4, 10, t0, Duration::from_secs(1));
+        q.push(e);
+        rx.push(r);
+        assert!(q.is_due(t0), "40 tokens wait: the next cut is full now");
+        let batch = q.next_batch(t0).expect("a batch");
+        assert!(batch.cost <= 32, "still within the cap: {}", batch.cost);
+        assert!(!PendingQueue::new(16, WAIT).is_due(t0), "without a cap an empty queue is never due");
+    }
+
+    #[test]
+    fn the_batch_window_is_max_wait_or_half_a_step_whichever_is_shorter() {
+        let ms = Duration::from_millis;
+        assert_eq!(batch_window(ms(3), 600.0), ms(3), "the embedded LLM's step: all of max_wait");
+        assert_eq!(batch_window(ms(3), 2.0), ms(1), "a 2 ms step: 1 ms");
+        assert_eq!(batch_window(ms(3), 0.0), Duration::ZERO, "a free step: no window");
+        assert_eq!(batch_window(ms(3), f64::NAN), Duration::ZERO);
+        let t0 = Instant::now();
+        let mut q = PendingQueue::new(16, ms(3));
+        q.pace(0.2);
+        let (e, _rx) = esc(1, 1, t0, Duration::from_secs(1));
+        q.push(e);
+        assert_eq!(q.flush_at(), Some(t0 + Duration::from_micros(100)));
+        assert!(q.is_due(t0 + Duration::from_micros(100)), "cut after half the 0.2 ms step, not 3 ms");
     }
 
     #[test]

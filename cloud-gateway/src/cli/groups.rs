@@ -225,7 +225,7 @@ pub struct BatcherArgs {
     /// Most escalations per backend call (1..=1024).
     #[arg(long, env = "DUET_MAX_BATCH", default_value_t = gateway().batcher.max_batch)]
     pub max_batch: usize,
-    /// Longest wait for a batch to fill, milliseconds.
+    /// Longest wait for a batch to fill, milliseconds (at most half a learned backend step).
     #[arg(long, env = "DUET_MAX_WAIT_MS", default_value_t = gateway().batcher.max_wait.as_millis() as u64)]
     pub max_wait_ms: u64,
     /// Escalations queued or running before new ones get `Busy`.

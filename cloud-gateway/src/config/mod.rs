@@ -126,7 +126,9 @@ pub struct BatcherConfig {
     /// Most escalations per backend call.
     pub max_batch: usize,
     /// Longest an escalation waits for others before its batch is cut: the latency a device
-    /// pays for batching when traffic is light.
+    /// pays for batching when traffic is light. The batcher waits at most half a backend step
+    /// of it (`batcher::queue::batch_window`), and not at all once the tokens waiting fill a
+    /// batch.
     pub max_wait: Duration,
     /// Most escalations queued or running; beyond it devices get `Busy` at once instead of
     /// waiting out their deadlines.
