@@ -318,8 +318,11 @@ impl PendingQueue {
     }
 
     /// Whether the escalations waiting cost at least what one batch may run: a cut now is as
-    /// full as one after the window (the queue is bounded, so the sum stops early or is short).
+    /// full as one after the window (the sum stops at the cap, within the first few rows).
     fn tokens_fill_a_batch(&self) -> bool {
+        if self.max_batch_tokens == usize::MAX {
+            return false; // no cap: only the count and the window cut
+        }
         let mut tokens = 0usize;
         self.pending.iter().any(|e| {
             tokens = tokens.saturating_add(e.cost);

@@ -90,11 +90,14 @@ impl Dispatcher {
     /// or the path has no room before `deadline`). Counts the refusal.
     pub fn try_submit(&self, mut request: LlmRequest, deadline: Instant) -> Result<Pending, Busy> {
         let now = Instant::now();
-        let service = Duration::from_millis(u64::from(self.path.service_ms()));
-        let keep = draft::verify_len(self.draft_verify, request.draft.len(), self.waiting.oldest_age(now), service);
-        if keep < request.draft.len() {
-            metrics::counter!("duet_gateway_draft_tokens_unchecked_total").increment((request.draft.len() - keep) as u64);
-            request.draft = Arc::from(&request.draft[..keep]);
+        if self.draft_verify == DraftVerify::ByLoad && request.draft.len() > 1 {
+            // The queue's age is read only where it can cut a draft (off the common path).
+            let service = Duration::from_millis(u64::from(self.path.service_ms()));
+            let keep = draft::verify_len(self.draft_verify, request.draft.len(), self.waiting.oldest_age(now), service);
+            if keep < request.draft.len() {
+                metrics::counter!("duet_gateway_draft_tokens_unchecked_total").increment((request.draft.len() - keep) as u64);
+                request.draft = Arc::from(&request.draft[..keep]);
+            }
         }
         let draining = self.drain.borrow().is_some_and(|d| !d.admits_escalations(now));
         let submitted = match draining {

@@ -81,11 +81,9 @@ const SAMPLE_WEIGHT: f64 = 0.2;
 /// device saw it (`waited` from sending to the answer, less the link's round trip `rtt`), and
 /// at least what the gateway reported its LLM spent (`llm_ms`).
 ///
-/// The LLM's own time leaves out the gateway's queue: a device that learned only that set
-/// deadlines its escalations could not meet whenever other work (another session's prefill, a
-/// batch already running) was ahead of them, and after the back-off of a timeout the next
-/// answer put the short estimate straight back, so the misses repeated (an SLM and its LLM on
-/// one machine: 9 of 10 hard tokens expired in the gateway's queue with 177-208 ms budgets).
+/// The LLM's own time leaves out the gateway's queue: deadlines learned from it alone miss
+/// whenever other work (another session's prefill, a batch already running) is ahead, and
+/// after a timeout's back-off the next answer would put the short estimate straight back.
 /// What the device waited for is what its next deadline must allow.
 pub fn service_sample(llm_ms: u32, waited: Duration, rtt: Duration) -> u32 {
     let held = waited.saturating_sub(rtt).as_millis().min(u128::from(u32::MAX)) as u32;

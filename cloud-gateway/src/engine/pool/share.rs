@@ -163,9 +163,9 @@ impl WorkShare {
         let mine = *d;
         self.evict(device);
         if !self.others_active(device) {
-            // Alone on the pool, its fair share is all of it: only the cost rule may refuse it.
-            // (A budget the estimate's margin has eaten to nothing refused a lone device's hard
-            // token while its own prompt pre-sync was in flight, work the engine answered.)
+            // Alone on the pool, its fair share is all of it: only the cost rule may refuse it,
+            // even when the estimate's margin leaves no budget to share (a lone device's hard
+            // token behind its own prompt pre-sync is work the engine answers).
             return Ok(());
         }
         let total: usize = self.devices.values().map(|d| d.in_flight).sum();
