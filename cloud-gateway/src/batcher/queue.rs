@@ -212,8 +212,8 @@ pub fn batch_window(max_wait: Duration, step_ms: f64) -> Duration {
 pub const MAX_WARMING: usize = 64;
 
 impl PendingQueue {
-    /// An empty queue cutting batches of at most `max_batch` after at most `max_wait`, with no
-    /// cost cap (see [`Self::with_token_cap`]).
+    /// An empty queue cutting batches of at most `max_batch` after at most `max_wait` (the
+    /// window until [`Self::pace`] learns a step), with no cost cap (see [`Self::with_token_cap`]).
     pub fn new(max_batch: usize, max_wait: Duration) -> Self {
         Self { pending: VecDeque::new(), max_batch: max_batch.max(1), max_wait, window: max_wait, max_batch_tokens: usize::MAX, warming: VecDeque::new(), fair: None }
     }
@@ -312,7 +312,7 @@ impl PendingQueue {
     }
 
     /// Whether a batch should be cut now: `max_batch` escalations wait, their tokens fill
-    /// `max_batch_tokens`, or the oldest has waited `max_wait`.
+    /// `max_batch_tokens`, or the oldest has waited the batch window ([`Self::pace`]).
     pub fn is_due(&self, now: Instant) -> bool {
         self.pending.len() >= self.max_batch || self.tokens_fill_a_batch() || self.flush_at().is_some_and(|at| at <= now)
     }
