@@ -14,25 +14,31 @@
 //! fit as the pool picks ([`super::pick::choose`]: its sticky worker first), and when none
 //! fits answers `Busy` (reason `cost`) with the soonest any of them should have room.
 //!
-//! The model learns from each request as it ends ([`Load::finish`]): what it took against the
-//! work that was ahead of it plus its own, so the estimate is calibrated on what it predicts
-//! (an engine's batching, its prefix-cache misses and its slots' queue all end up in it). A
-//! request that ends unanswered (its deadline passed, its device left) after longer than
-//! predicted teaches the time it took as a lower bound: a model that admits too much would
-//! otherwise see only timeouts and never learn. Until a worker has taught anything its model
-//! is the start the warm-up measured ([`DEFAULT_START`] without one).
+//! The model learns from each request as it ends ([`Load::finish`]), by what it took against
+//! the work it may have waited for. An engine with slots runs what it holds together, in no
+//! order the gateway sees: a request may be answered after only its own work, or after all the
+//! work that was in flight with it at some moment of its life (the requests admitted after it
+//! join its batches). The model is wrong only when the time lies outside what it says for those
+//! two; it then learns from the bound it broke, and a time between them teaches nothing. So
+//! sixteen requests sent at once to eight slots (the first answered with the eighth, the last
+//! admitted sometimes first) neither teach a time per token eight times too long nor count as
+//! error. A request that ends unanswered (its deadline passed, its device left) after longer
+//! than all it shared explains teaches the time it took as a lower bound: a model that admits
+//! too much would otherwise see only timeouts and never learn. Until a worker has taught
+//! anything its model is the start the warm-up measured ([`DEFAULT_START`] without one).
 //!
-//! A mean is right on average, so admitting whatever it says fits the deadline would let about
-//! half of the escalations near the limit miss it (measured: half of those admitted under 3x
-//! overload of a llama-server expired). The estimate's own error is learned too, as TCP learns
-//! its round-trip time's (Jacobson's retransmission timeout): the mean absolute difference
-//! between what each request took and what was predicted, and the work ahead counts four
-//! times that on top ([`Load::margin_ms`]), so a worker whose answers vary admits less. Both
-//! the model and the error learn from the tokens the engine reported it ran, its own and those
-//! of the requests that were ahead of it ([`Load::settle`]), not from what admission charged:
-//! charging a whole context where the cache held most of it is the cost rule's caution, and
-//! counted as the model's error it padded every later estimate by seconds under a flood that
-//! thrashes the cache, so that no light device's first escalation fitted any more.
+//! Admission itself counts all the work in flight as ahead (what the engine holds drains
+//! before a request admitted now can be sure of its answer), and the estimate's own error is
+//! learned, as TCP learns its round-trip time's (Jacobson's retransmission timeout): the mean
+//! distance of each request's time outside its bounds, and the work ahead counts four times
+//! that on top ([`Load::margin_ms`]), so a worker whose answers stray from its model admits
+//! less. Measured against the distance from a single prediction instead, the slots' order and
+//! the batches' joiners counted as error: the margin grew past a 30 s deadline on a closed loop
+//! that one llama-server answered entirely within 10 s. Both the model and the error learn from
+//! the tokens the engine reported it ran, its own and those of the requests in flight with it
+//! ([`Load::settle`]), not from what admission charged: charging a whole context where the cache
+//! held most of it is the cost rule's caution, and counted as the model's error it padded every
+//! later estimate by seconds under a flood that thrashes the cache.
 //!
 //! What a worker's prefix cache holds is the engine's to know: with more sessions than slots
 //! it evicts, and a request dropped at its deadline may never have reached the cache at all.
@@ -91,9 +97,10 @@ struct Entry {
     session: Option<SessionKey>,
     tokens: usize,
     since: Instant,
-    /// What was ahead of it when it was admitted, with the tokens the engine reported for
-    /// those requests as their answers came in ([`Load::settle`]).
-    ahead: Ahead,
+    /// All the work that was in flight with it at some moment of its life, its own included:
+    /// what an engine that batches whatever it holds may have run before answering it (the
+    /// requests admitted after it join its batches).
+    shared: Ahead,
 }
 
 /// One worker's admitted work and its learned cost model.
@@ -166,53 +173,71 @@ impl Load {
         self.reserve_for(None, tokens, now)
     }
 
-    /// [`Self::reserve`] for a request of `session` (see [`Self::ahead_of`]). What it is
-    /// predicted to take, and so what the model learns from it, counts all the work ahead of
-    /// it, its session's included: the engine runs that too.
+    /// [`Self::reserve`] for a request of `session` (see [`Self::ahead_of`]). The work it
+    /// shares its life with counts all that is in flight, its session's included (the engine
+    /// runs that too), and every request admitted while it is.
     pub fn reserve_for(&mut self, session: Option<SessionKey>, tokens: usize, now: Instant) -> u64 {
         let ahead = self.ahead();
         let id = self.next_id;
         self.next_id += 1;
-        self.entries.push(Entry { id, session, tokens, since: now, ahead });
+        let all = Ahead { requests: ahead.requests + 1, tokens: ahead.tokens + tokens };
+        for e in &mut self.entries {
+            e.shared = Ahead { requests: e.shared.requests.max(all.requests), tokens: e.shared.tokens.max(all.tokens) };
+        }
+        self.entries.push(Entry { id, session, tokens, since: now, shared: all });
         id
     }
 
     /// The engine reported what the request `id` ran: `tokens` (the prompt tokens it did not
     /// find cached, its draft, at least one). The model learns from that instead of the
     /// estimate, so a wrong guess about the cache does not teach a wrong time per token; the
-    /// requests admitted behind it count it as that much work ahead of them, for the same reason.
+    /// requests in flight with it count it as that much work shared, for the same reason.
     pub fn settle(&mut self, id: u64, tokens: usize) {
         let Some(e) = self.entries.iter_mut().find(|e| e.id == id) else { return };
         let (charged, ran) = (e.tokens, tokens.max(1));
         e.tokens = ran;
-        // Every request still here with a later id was admitted while this one was in flight.
-        for behind in self.entries.iter_mut().filter(|b| b.id > id) {
-            behind.ahead.tokens = (behind.ahead.tokens + ran).saturating_sub(charged);
+        // Every request still here was in flight with it.
+        for other in &mut self.entries {
+            other.shared.tokens = (other.shared.tokens + ran).saturating_sub(charged);
         }
     }
 
     /// The request `id` ended at `now`, answered or not: it is no longer ahead of anyone, and
-    /// the model learns what it took (an unanswered one only when it ran past its prediction:
-    /// a lower bound). The prediction it is judged against is the model's for the tokens the
-    /// engine reported ([`Self::settle`]), so only timing is counted as the model's error.
+    /// the model learns from what it took when that lies outside the model's time for its own
+    /// work and for all it shared (an unanswered one only when it ran past the latter: a lower
+    /// bound), counted in the tokens the engine reported ([`Self::settle`]).
     pub fn finish(&mut self, id: u64, answered: bool, now: Instant) {
         let Some(i) = self.entries.iter().position(|e| e.id == id) else { return };
         let e = self.entries.swap_remove(i);
         let ms = now.saturating_duration_since(e.since).as_secs_f64() * 1e3;
-        let predicted = predicted_ms(&self.model, e.ahead, e.tokens);
-        if answered || ms > predicted {
-            let error = (ms - predicted).abs();
-            self.error_ms = if self.observed == 0 { error } else { (1.0 - ERROR_WEIGHT) * self.error_ms + ERROR_WEIGHT * error };
-            self.model.observe(e.ahead.requests + 1, e.ahead.tokens + e.tokens, ms);
-            self.observed += 1;
+        // An engine with slots may run a request the moment it arrives, whatever was admitted
+        // before it: at least its own work, at most all that shared its life.
+        let least = Ahead { requests: 1, tokens: e.tokens };
+        let (low, high) = (predicted_ms(&self.model, least), predicted_ms(&self.model, e.shared));
+        if !answered && ms <= high {
+            return;
         }
+        // The model is wrong only when what it took lies outside what the work it may have
+        // waited for explains: then it learns from the bound it broke, and errs by as much.
+        let (error, work) = if ms > high {
+            (ms - high, e.shared)
+        } else if ms < low {
+            (low - ms, least)
+        } else {
+            (0.0, least)
+        };
+        self.error_ms = if self.observed == 0 { error } else { (1.0 - ERROR_WEIGHT) * self.error_ms + ERROR_WEIGHT * error };
+        if error > 0.0 {
+            self.model.observe(work.requests, work.tokens, ms);
+        }
+        self.observed += 1;
     }
 }
 
-/// What a request of `tokens` behind `ahead` is predicted to take, ms: the whole batch of work
+/// What running `work` (requests and their tokens) is predicted to take, ms: the whole batch
 /// as the model runs it (engines batch what they hold continuously: one step, then tokens).
-fn predicted_ms(model: &CostModel, ahead: Ahead, tokens: usize) -> f64 {
-    model.estimate_ms(ahead.requests + 1, ahead.tokens + tokens, usize::MAX)
+fn predicted_ms(model: &CostModel, work: Ahead) -> f64 {
+    model.estimate_ms(work.requests, work.tokens, usize::MAX)
 }
 
 /// Tokens an escalation runs on a worker: the part of its `context_len` tokens of context that
@@ -525,6 +550,36 @@ mod tests {
         load.finish(b, true, t0 + 128 * MS);
         assert!(load.margin_ms() < 1.0, "no timing error, no margin: {}", load.margin_ms());
         assert!((load.model().token_ms - 1.0).abs() < 1e-9, "nor a faster time per token: {:?}", load.model());
+    }
+
+    #[test]
+    fn work_admitted_during_a_requests_life_explains_its_wait_and_is_no_error_of_the_model() {
+        // Sixteen requests of 32 tokens at once on an engine that batches them in slots: the
+        // first takes what eight of them take together (100 ms + 255 x 10 ms), the last admitted
+        // is answered first. Neither lies outside what the model says for the work they shared.
+        let t0 = Instant::now();
+        let model = CostModel { batch_ms: 100.0, token_ms: 10.0 };
+        let mut load = Load::new(model);
+        let ids: Vec<u64> = (0..16).map(|_| load.reserve(32, t0)).collect();
+        load.finish(ids[15], true, t0 + 2_650 * MS);
+        load.finish(ids[0], true, t0 + 2_660 * MS);
+        assert_eq!(load.margin_ms(), 0.0);
+        assert_eq!(load.model(), model, "nothing to correct");
+        // One that took longer than all of it would have: the model was too fast.
+        load.finish(ids[1], true, t0 + 9_000 * MS);
+        assert!(load.margin_ms() > 0.0 && load.model().token_ms > model.token_ms, "{:?}", load.model());
+    }
+
+    #[test]
+    fn a_request_answered_faster_than_its_own_work_alone_lowers_the_model() {
+        let t0 = Instant::now();
+        let mut load = Load::new(CostModel { batch_ms: 100.0, token_ms: 10.0 });
+        let a = load.reserve(32, t0);
+        let _b = load.reserve(32, t0);
+        // Its own 32 tokens alone: 100 ms + 31 x 10 ms = 410 ms; it took 200.
+        load.finish(a, true, t0 + 200 * MS);
+        assert!(load.model().token_ms < 10.0, "{:?}", load.model());
+        assert!((load.margin_ms() - 4.0 * 210.0).abs() < 1e-6, "{}", load.margin_ms());
     }
 
     #[test]
