@@ -6,10 +6,10 @@
 //! in local-only mode for a back-off period before it probes again.
 //!
 //! Both service estimates are learned from the gateway's answers: the one-token service time
-//! from short escalations, the LLM time per context token sent from long ones (and from the
-//! prompt pre-sync). A timeout doubles the service estimate until the next answer (Karn's rule,
-//! as TCP does for its retransmission timer), so a stale estimate cannot keep every deadline
-//! too short.
+//! from escalations of a few tokens, the LLM time per context token sent from long ones (and
+//! from the prompt pre-sync). A timeout, or an escalation the gateway's queue held past its
+//! deadline, doubles the service estimate until the next answer (Karn's rule, as TCP does for
+//! its retransmission timer), so a stale estimate cannot keep every deadline too short.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -66,7 +66,8 @@ impl DeadlinePolicy {
     }
 }
 
-/// Escalations that send at most this many tokens measure the one-token service time.
+/// Escalations that send at most this many tokens measure the one-token service time as it is;
+/// those sending more, up to [`LONG_SEND`], less the expected cost of the tokens beyond it.
 const SHORT_SEND: usize = 2;
 /// Escalations (or pre-syncs) that send at least this many tokens measure the per-token cost.
 const LONG_SEND: usize = 8;
@@ -227,8 +228,15 @@ impl LinkHealth {
         self.consecutive_failures = 0;
         self.local_until = None;
         self.current_backoff = self.policy.backoff;
-        if tokens_sent <= SHORT_SEND {
-            let sample = llm_ms as f64;
+        if tokens_sent < LONG_SEND {
+            // Too few tokens to measure the cost per token, and the commonest escalation (a
+            // delta of a few tokens): it measures the service time, less the prefill its
+            // tokens beyond a short send are expected to cost. Learning from short sends
+            // alone left a device whose hard tokens came a few tokens apart on the gateway's
+            // idle figure, while every answer took twice that (BENCHMARKS.md, "End-to-end
+            // routed decoding on one machine").
+            let extra = tokens_sent.saturating_sub(SHORT_SEND) as f64 * self.per_token_ms;
+            let sample = (llm_ms as f64 - extra).max(0.0);
             self.service_ewma_ms = if self.backed_off { sample } else { (1.0 - SAMPLE_WEIGHT) * self.service_ewma_ms + SAMPLE_WEIGHT * sample };
             self.backed_off = false;
         } else {
@@ -411,7 +419,7 @@ mod tests {
     }
 
     #[test]
-    fn service_time_is_learned_from_short_answers_and_per_token_cost_from_long_ones() {
+    fn service_time_is_learned_from_answers_of_a_few_tokens_and_per_token_cost_from_long_ones() {
         let p = DeadlinePolicy { k: 0.0, min: Duration::ZERO, max: Duration::from_secs(60), ..DeadlinePolicy::default() };
         let mut h = LinkHealth::new(p, Duration::from_millis(100));
         // Long sends do not pollute the one-token service time.
@@ -429,6 +437,9 @@ mod tests {
         // Short answers move the service time gradually.
         h.success(1, 200);
         assert_eq!(ms(h.deadline(Duration::ZERO, 0)), 120);
+        // So do a few tokens' deltas, less what their tokens beyond two cost (3 x 40 ms).
+        h.success(5, 320);
+        assert_eq!(ms(h.deadline(Duration::ZERO, 0)), 136, "0.8 x 120 + 0.2 x (320 - 120)");
     }
 
     #[test]

@@ -458,6 +458,18 @@ impl EdgeSession {
                 }
                 self.send(context, now)
             }
+            Frame::Error { code: ErrorCode::DeadlineExpired, .. } => {
+                // The gateway's queue held it past the deadline this device gave it: the
+                // deadline was too short for the gateway as it is now, which is what a timeout
+                // says, and it is learned the same way (Karn's rule: the service estimate
+                // doubles until an answer measures it). The gateway answered: no probe.
+                tracing::debug!("escalation expired in the gateway's queue");
+                if self.resolve(FallbackReason::GatewayError, now).is_none() {
+                    return Step::Wait;
+                }
+                self.health.timeout(now);
+                Step::Done(Outcome::Fallback { reason: FallbackReason::GatewayError, probe: None })
+            }
             other => {
                 tracing::debug!(reply = ?other, "escalation answered with an error");
                 self.fall_back(FallbackReason::GatewayError, now)

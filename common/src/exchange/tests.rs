@@ -326,6 +326,28 @@ fn timeouts_back_off_then_go_local_only_and_a_probe_is_asked_for() {
 }
 
 #[test]
+fn an_escalation_expired_in_the_gateways_queue_lengthens_the_next_deadline_as_a_timeout_does() {
+    let mut p = Pair::new();
+    let ctx: Vec<u32> = (1..5).collect();
+    let step = p.edge.escalate(&ctx, up(1), p.now);
+    let first = Pair::sent(&step).clone();
+    let first_budget = first.deadline - p.now;
+    p.serve(&first);
+    p.now = first.deadline;
+    let expired = gateway::reply(1, first.seq, EscalationOutcome::Expired);
+    let (reason, probe) = fallback(p.edge.on_reply(expired, &ctx, p.now));
+    assert_eq!(reason, FallbackReason::GatewayError);
+    assert_eq!(probe, None, "the gateway answered: nothing to probe");
+    // 2 x 20 ms RTT + the service estimate + 1.5 x 5 ms per token sent: the first sent its
+    // 4 tokens in full with 10 ms of service; the next sends nothing new, and its service
+    // estimate doubled to the 30 ms floor.
+    let step = p.edge.escalate(&ctx, up(1), p.now);
+    let next = Pair::sent(&step).clone();
+    assert_eq!(first_budget, Duration::from_millis(80));
+    assert_eq!(next.deadline - p.now, Duration::from_millis(70), "the queue's verdict is learned");
+}
+
+#[test]
 fn a_new_connection_resyncs_with_full_and_ends_local_only() {
     let mut p = Pair::new();
     let ctx: Vec<u32> = (1..12).collect();
