@@ -69,6 +69,12 @@ impl DeadlinePolicy {
 /// Escalations that send at most this many tokens measure the one-token service time as it is;
 /// those sending more, up to [`LONG_SEND`], less the expected cost of the tokens beyond it.
 const SHORT_SEND: usize = 2;
+/// Times the gateway's announced service time a device waits until an answer has measured it.
+/// The figure is the gateway's idle warm-up, without its queue or the load of a machine it
+/// shares (the gateway beside the device's SLM on one machine answered in 2-4 times its idle
+/// step), and a deadline a little short wastes the whole wait; RFC 6298 starts TCP's timer at
+/// three times its first sample for the same reason. The first answer replaces it.
+const UNMEASURED_SERVICE: f64 = 3.0;
 /// Escalations (or pre-syncs) that send at least this many tokens measure the per-token cost.
 const LONG_SEND: usize = 8;
 /// Factor on estimated prefill work (context tokens sent, a pre-sync still running) in deadlines.
@@ -100,8 +106,8 @@ pub struct LinkHealth {
     current_backoff: Duration,
     service_ewma_ms: f64,
     per_token_ms: f64,
-    /// A timeout doubled the service estimate: the next answer replaces it instead of being
-    /// averaged in.
+    /// The service estimate is not a measurement of this link (the gateway's announced figure,
+    /// or one a timeout doubled): the next answer replaces it instead of being averaged in.
     backed_off: bool,
     /// A prefill the gateway is doing (the prompt pre-sync) whose answer may come after the
     /// session that sent it ended; the health learns from it whenever it comes.
@@ -149,16 +155,17 @@ impl PrefillReport {
 }
 
 impl LinkHealth {
-    /// Healthy, with the gateway's announced service time as the first estimate.
+    /// Healthy, waiting [`UNMEASURED_SERVICE`] times the gateway's announced service time until
+    /// an answer measures it.
     pub fn new(policy: DeadlinePolicy, service_time: Duration) -> Self {
         Self {
             policy,
             consecutive_failures: 0,
             local_until: None,
             current_backoff: policy.backoff,
-            service_ewma_ms: service_time.as_secs_f64() * 1e3,
+            service_ewma_ms: service_time.as_secs_f64() * 1e3 * UNMEASURED_SERVICE,
             per_token_ms: policy.per_token.as_secs_f64() * 1e3,
-            backed_off: false,
+            backed_off: true,
             pending_prefill: Vec::new(),
             generation: None,
         }
@@ -422,6 +429,7 @@ mod tests {
     fn service_time_is_learned_from_answers_of_a_few_tokens_and_per_token_cost_from_long_ones() {
         let p = DeadlinePolicy { k: 0.0, min: Duration::ZERO, max: Duration::from_secs(60), ..DeadlinePolicy::default() };
         let mut h = LinkHealth::new(p, Duration::from_millis(100));
+        h.success(1, 100);
         // Long sends do not pollute the one-token service time.
         h.success(100, 2_100);
         assert_eq!(ms(h.deadline(Duration::ZERO, 1)), 136, "100 ms service + 1.5 x 24 ms per token");
@@ -525,9 +533,21 @@ mod tests {
     }
 
     #[test]
+    fn until_an_answer_measures_it_the_device_waits_three_times_the_announced_service_then_the_answer_replaces_it() {
+        let p = DeadlinePolicy { k: 0.0, min: Duration::ZERO, ..DeadlinePolicy::default() };
+        let mut h = LinkHealth::new(p, Duration::from_millis(100));
+        assert_eq!(ms(h.deadline(Duration::ZERO, 0)), 300, "the gateway's idle figure is no measurement of this link");
+        h.success(1, 240);
+        assert_eq!(ms(h.deadline(Duration::ZERO, 0)), 240, "the first answer replaces it");
+        h.success(1, 140);
+        assert_eq!(ms(h.deadline(Duration::ZERO, 0)), 220, "later ones are averaged in");
+    }
+
+    #[test]
     fn work_queued_ahead_lengthens_the_deadline_but_never_past_the_maximum() {
         let p = DeadlinePolicy { k: 0.0, min: Duration::ZERO, max: Duration::from_millis(3000), ..DeadlinePolicy::default() };
-        let h = LinkHealth::new(p, Duration::from_millis(100));
+        let mut h = LinkHealth::new(p, Duration::from_millis(100));
+        h.success(1, 100);
         assert_eq!(ms(h.deadline_behind(Duration::ZERO, 0, Duration::from_millis(1000))), 1100);
         assert_eq!(ms(h.deadline_behind(Duration::ZERO, 0, Duration::from_secs(10))), ms(p.max));
     }

@@ -314,9 +314,10 @@ fn timeouts_back_off_then_go_local_only_and_a_probe_is_asked_for() {
         assert!(pr.is_some_and(|t| t >= Duration::from_secs(1)), "every silent fallback asks for a probe of at least 1 s");
         probe = pr;
     }
-    // 2 x 20 ms RTT + service (10 ms, then doubled by each timeout: 30 at the floor, 60) +
-    // 1.5 x 5 ms per token sent (the first sends the 4-token context in full, the others nothing).
-    assert_eq!(deadlines, [Duration::from_millis(80), Duration::from_millis(70), Duration::from_millis(100)], "Karn: the service estimate doubles");
+    // 2 x 20 ms RTT + service (three times the announced 10 ms until an answer measures it,
+    // then doubled by each timeout: 60, 120) + 1.5 x 5 ms per token sent (the first sends the
+    // 4-token context in full, the others nothing).
+    assert_eq!(deadlines, [Duration::from_millis(100), Duration::from_millis(100), Duration::from_millis(160)], "Karn: the service estimate doubles");
     assert!(probe.is_some(), "degrading asks the shell to check the gateway");
     // Local-only: hard tokens fall back without sending anything.
     assert_eq!(fallback(p.edge.escalate(&ctx, up(1), p.now)).0, FallbackReason::Degraded);
@@ -339,12 +340,12 @@ fn an_escalation_expired_in_the_gateways_queue_lengthens_the_next_deadline_as_a_
     assert_eq!(reason, FallbackReason::GatewayError);
     assert_eq!(probe, None, "the gateway answered: nothing to probe");
     // 2 x 20 ms RTT + the service estimate + 1.5 x 5 ms per token sent: the first sent its
-    // 4 tokens in full with 10 ms of service; the next sends nothing new, and its service
-    // estimate doubled to the 30 ms floor.
+    // 4 tokens in full with 30 ms of service (three times the announced 10 ms); the next sends
+    // nothing new, and its service estimate doubled to 60 ms (without it: 40 + 30 = 70 ms).
     let step = p.edge.escalate(&ctx, up(1), p.now);
     let next = Pair::sent(&step).clone();
-    assert_eq!(first_budget, Duration::from_millis(80));
-    assert_eq!(next.deadline - p.now, Duration::from_millis(70), "the queue's verdict is learned");
+    assert_eq!(first_budget, Duration::from_millis(100));
+    assert_eq!(next.deadline - p.now, Duration::from_millis(100), "the queue's verdict is learned");
 }
 
 #[test]
