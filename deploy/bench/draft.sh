@@ -5,7 +5,7 @@
 # (`--draft adaptive`, protocol v5) at the same router rate (the shipped router, --escalation-rate
 # RATE), on the same items in the same run, deadlines of 20-60 s so that every answer arrives.
 #
-#   deploy/bench/draft.sh                              # CQA_ITEMS=100 HE_ITEMS=82 (the sizes)
+#   deploy/bench/draft.sh                              # CQA_ITEMS=100 HE_ITEMS=82 (CommonsenseQA 1-100, HumanEval 0-81)
 #   CQA_ITEMS=20 HE_ITEMS=5 deploy/bench/draft.sh      # a reduced run
 #
 # Tasks: the first CQA_ITEMS CommonsenseQA validation items (MAX_TOKENS, 96 by default) and the

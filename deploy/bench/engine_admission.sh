@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The engine path under 3x overload, admission by cost against the count bound alone (issue 24):
+# The engine path under 3x overload, admission by cost against the count bound alone:
 # one llama-server (built by deploy/engines/llamacpp/build; GGUF $MODEL, one thread, 4 slots)
 # and `loadtest abuse --scenarios engine-overload` (a cloud-gateway process relaying to it:
 # 48 sessions, the engine's capacity measured in the same shape, then escalations arriving at

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The gateway in front of external engines (issue 11), in one command: `loadtest engines` at
+# The gateway in front of external engines, in one command: `loadtest engines` at
 # several session counts against
 #   - the embedded ONNX LLM (no engine),
 #   - one llama-server with --parallel 1, and one with --parallel 8 (-t 2: both cores),

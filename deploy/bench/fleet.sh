@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fleet load test's Must-show measurements (issue 12), in one command: `loadtest fleet`
+# The fleet load test's reference measurements, in one command: `loadtest fleet`
 #   1. BIG devices (default 5000) connected at once to one gateway with the fixed-cost backend,
 #      no relay (`direct`): escalations/s, gateway-added latency p50/p99 (escalation round trip
 #      minus the same links' ping round trip, same run), gateway RSS per connected device;

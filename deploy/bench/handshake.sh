@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What per-device identity costs at connection time (issue 13): `loadtest handshake`, two
+# What per-device identity costs at connection time: `loadtest handshake`, two
 # gateways in one process (the shared-token dev mode, and mutual TLS with a fleet CA and a
 # 1000-entry deny list), devices that connect, say Hello, read Welcome and close: shared token
 # with full handshakes (the baseline), shared token resuming TLS sessions, and mutual TLS (the

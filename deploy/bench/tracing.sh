@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What OpenTelemetry tracing costs (issue 13), in one command with its same-run baseline:
+# What OpenTelemetry tracing costs, in one command with its same-run baseline:
 # `loadtest gateway-latency` (simulated devices over QUIC on loopback, an in-process gateway
 # with a 0 ms fixed-cost backend) with tracing off, then with 1 % and 100 % of escalations
 # traced: those devices send their trace context (26 bytes) with the escalation, and the

@@ -42,7 +42,7 @@ enum Command {
     /// A gateway for fleet tests (fixed-cost backend, embedded LLM or engines): prints its
     /// addresses as one JSON line and serves until its standard input closes.
     Gateway(fleet::gateway::GatewayArgs),
-    /// Issue 13's hostile probe scenarios against a real cloud-gateway process (id squatting,
+    /// Hostile probe scenarios against a real cloud-gateway process (id squatting,
     /// invented-id session flood, unfinished streams, idle-connection flood, a huge Full from a
     /// device that leaves, sustained overload): after each, a well-behaved device's service,
     /// the gateway's RSS against its baseline, Busy against expired.
