@@ -10,7 +10,9 @@
 #                  base (edge-node bench from the binary BASE_BIN names: an earlier build,
 #                  for a before/after in the same run), genai (the baseline, always run)
 # The table gives each figure's median over the rounds and the ratio's spread (min-max of the
-# per-round ratios against genai).
+# per-round ratios against genai). Below it, the host facts the figures depend on: the CPU and
+# the instruction sets ONNX Runtime's int4 kernels pick from, the kernel's transparent huge
+# page settings, and what each duet run actually placed on huge pages (from its load log).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 export DUET_HOME="${DUET_HOME:-$HOME/.cache/duet}"
@@ -36,7 +38,8 @@ for r in $(seq "$rounds"); do
   order=("${runners[@]}")
   if (( r % 2 == 0 )); then order=(); for ((i=${#runners[@]}-1; i>=0; i--)); do order+=("${runners[i]}"); done; fi
   for name in "${order[@]}"; do
-    run_one "$name" > "$out/$name.$r.json"
+    DUET_LOG="${DUET_LOG:-warn,model_runtime=info}" run_one "$name" > "$out/$name.$r.json" 2> "$out/$name.$r.log" \
+      || { cat "$out/$name.$r.log" >&2; exit 1; }
   done
   echo "round $r of $rounds done ($(cut -d' ' -f1-3 /proc/loadavg))" >&2
 done
@@ -70,3 +73,16 @@ for fig in names:
 print(f"| peak RSS (MiB) | " + " | ".join(f"{med(r['peak_rss_mib'] for r in runs[n]):.0f}" for n in ours + ["genai"]) + " | " + " | ".join("" for _ in ours) + " |")
 print("ratios: above 1.00 means duet is faster (prefill: genai's time over duet's)")
 PY
+
+# Host facts: what the lead over genai has been found to depend on.
+thp() { local f="/sys/kernel/mm/transparent_hugepage/$1"; [[ -r "$f" ]] && sed 's/.*\[\(.*\)\].*/\1/' "$f" || echo "n/a"; }
+flags="$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -xE 'avx2|avx512f|avx512_vnni|avx512_bf16|avx_vnni|amx_tile|amx_int8|amx_bf16|f16c|fma' | tr '\n' ' ')"
+echo
+echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "host: CPU flags that matter: ${flags:-none of them}"
+echo "host: transparent huge pages enabled=$(thp enabled) defrag=$(thp defrag) khugepaged/defrag=$(thp khugepaged/defrag)"
+for name in "${runners[@]}"; do
+  [[ "$name" == genai ]] && continue
+  placed="$(for r in $(seq "$rounds"); do sed 's/\x1b\[[0-9;]*m//g' "$out/$name.$r.log" | grep -o 'huge_pages_mib=[0-9]* collapsed_mib=[0-9]*' | head -1 || true; done | sort | uniq -c | sed 's/^ *//' | tr '\n' ';')"
+  echo "host: $name placed on huge pages (rounds: huge_pages_mib / collapsed_mib): ${placed:-nothing logged}"
+done
