@@ -5,7 +5,8 @@
 # can be checked against them.
 #   1. `loadtest gateway-latency` (50 simulated devices over QUIC on loopback, an in-process
 #      gateway with a fixed-cost backend, its `Ping` round trips the same-run baseline), at a
-#      0 ms and a 5 ms backend, ROUNDS times each.
+#      0 ms and a 5 ms backend, ROUNDS times each (default 9: a round takes about a second,
+#      and the spread between medians of 3 was as wide as the fair-sharing cost it measures).
 #   2. `deploy/bench/engines.sh` at ENGINE_CONFIGS (default "16:32:6", its first session count:
 #      the embedded ONNX LLM, llama-server -np 1 and -np 8, the same requests `--direct`, sticky
 #      and round-robin over two workers), with its own same-run ratios.
@@ -25,12 +26,12 @@
 #
 # PARTS (default "latency engines") runs only some parts.
 #
-# Usage: deploy/bench/gateway.sh    (ROUNDS=3 ENGINE_CONFIGS="16:32:6" OUT=dir BASELINE=commit PARTS=latency)
+# Usage: deploy/bench/gateway.sh    (ROUNDS=9 ENGINE_CONFIGS="16:32:6" OUT=dir BASELINE=commit PARTS=latency)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 export DUET_HOME="${DUET_HOME:-$HOME/.cache/duet}"
-rounds="${ROUNDS:-3}"
+rounds="${ROUNDS:-9}"
 parts=" ${PARTS:-latency engines} "
 for part in $parts; do
   case "$part" in latency | engines) ;; *) echo "PARTS: unknown part '$part' (latency engines)" >&2; exit 2 ;; esac
