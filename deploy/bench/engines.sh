@@ -180,7 +180,8 @@ for c in configs:
             rate = lambda runs: sum(x["answered"] for x in runs) / sum(x["wall_s"] for x in runs)
             p50 = lambda runs: sum(x["latency_ms"]["later"]["p50"] for x in runs) / len(runs)
             later = f"{p50(xs) / p50(ys):.2f}" if p50(xs) > 0 and p50(ys) > 0 else "- (no later escalation answered)"
-            ratios.append(f"| {s} | {what} | {rate(xs) / rate(ys):.2f} | {later} |")
+            per_s = f"{rate(xs) / rate(ys):.2f}" if rate(ys) > 0 else "- (nothing answered)"
+            ratios.append(f"| {s} | {what} | {per_s} | {later} |")
     ratio("through the gateway / direct (1 worker, -np 8)", ["np8", "np8-2"], ["np8-direct", "np8-direct-2"])
     ratio("sticky / round-robin (2 workers, 3 attempts)", ["2w-sticky"], ["2w-round-robin"])
     ratio("sticky / round-robin (2 workers, 1 attempt)", ["2w-sticky-1attempt"], ["2w-round-robin-1attempt"])
