@@ -238,10 +238,7 @@ impl LinkHealth {
         if tokens_sent < LONG_SEND {
             // Too few tokens to measure the cost per token, and the commonest escalation (a
             // delta of a few tokens): it measures the service time, less the prefill its
-            // tokens beyond a short send are expected to cost. Learning from short sends
-            // alone left a device whose hard tokens came a few tokens apart on the gateway's
-            // idle figure, while every answer took twice that (BENCHMARKS.md, "End-to-end
-            // routed decoding on one machine").
+            // tokens beyond a short send are expected to cost.
             let extra = tokens_sent.saturating_sub(SHORT_SEND) as f64 * self.per_token_ms;
             let sample = (llm_ms as f64 - extra).max(0.0);
             self.service_ewma_ms = if self.backed_off { sample } else { (1.0 - SAMPLE_WEIGHT) * self.service_ewma_ms + SAMPLE_WEIGHT * sample };

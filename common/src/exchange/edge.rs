@@ -461,14 +461,10 @@ impl EdgeSession {
             Frame::Error { code: ErrorCode::DeadlineExpired, .. } => {
                 // The gateway's queue held it past the deadline this device gave it: the
                 // deadline was too short for the gateway as it is now, which is what a timeout
-                // says, and it is learned the same way (Karn's rule: the service estimate
-                // doubles until an answer measures it). The gateway answered: no probe.
+                // says, and it is learned the same way (Karn's rule). The gateway answered: no
+                // probe.
                 tracing::debug!("escalation expired in the gateway's queue");
-                if self.resolve(FallbackReason::GatewayError, now).is_none() {
-                    return Step::Wait;
-                }
-                self.health.timeout(now);
-                Step::Done(Outcome::Fallback { reason: FallbackReason::GatewayError, probe: None })
+                self.fall_back_learning(FallbackReason::GatewayError, true, now)
             }
             other => {
                 tracing::debug!(reply = ?other, "escalation answered with an error");
@@ -495,14 +491,21 @@ impl EdgeSession {
 
     /// Resolve the waiting escalation with the SLM's token, and learn from the failure.
     fn fall_back(&mut self, reason: FallbackReason, now: Instant) -> Step {
+        self.fall_back_learning(reason, reason == FallbackReason::Timeout, now)
+    }
+
+    /// [`Self::fall_back`], learning the failure as a deadline too short (`too_short`: the
+    /// service estimate backs off) or as a plain failure.
+    fn fall_back_learning(&mut self, reason: FallbackReason, too_short: bool, now: Instant) -> Step {
         let Some(w) = self.resolve(reason, now) else { return Step::Wait };
         if !w.draft.is_empty() && matches!(reason, FallbackReason::Timeout | FallbackReason::Transport) {
             // Unanswered: the gateway may have appended some of the draft, or none.
             self.tracker.draft_unresolved(w.seq);
         }
-        match reason {
-            FallbackReason::Timeout => self.health.timeout(now),
-            _ => self.health.failure(now),
+        if too_short {
+            self.health.timeout(now);
+        } else {
+            self.health.failure(now);
         }
         // Only silence calls the gateway's liveness into question: after an answer (an error)
         // it is alive, and a probe could only close a working connection. Every silent

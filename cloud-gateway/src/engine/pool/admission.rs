@@ -32,9 +32,8 @@
 //! learned, as TCP learns its round-trip time's (Jacobson's retransmission timeout): the mean
 //! distance of each request's time outside its bounds, and the work ahead counts four times
 //! that on top ([`Load::margin_ms`]), so a worker whose answers stray from its model admits
-//! less. Measured against the distance from a single prediction instead, the slots' order and
-//! the batches' joiners counted as error: the margin grew past a 30 s deadline on a closed loop
-//! that one llama-server answered entirely within 10 s. Both the model and the error learn from
+//! less; the slots' order and the batches' joiners are no part of that error. Both the model
+//! and the error learn from
 //! the tokens the engine reported it ran, its own and those of the requests in flight with it
 //! ([`Load::settle`]), not from what admission charged: charging a whole context where the cache
 //! held most of it is the cost rule's caution, and counted as the model's error it padded every
