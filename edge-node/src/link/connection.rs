@@ -90,8 +90,9 @@ pub struct Connected {
     pub conn: quinn::Connection,
     /// Limits from `Welcome`.
     pub limits: Limits,
-    /// Counts welcomed connections; a new value means the gateway may have lost session
-    /// contexts (another replica holds none).
+    /// Counts offers of a connection to the sessions (set when it is welcomed, or re-offered
+    /// while the link moves); a new value means the gateway may have lost session contexts
+    /// (another replica holds none). No two offers share one.
     pub generation: u64,
     /// The replica's address.
     pub addr: SocketAddr,
@@ -202,9 +203,9 @@ fn client_endpoint(client: &quinn::ClientConfig, addr: SocketAddr) -> Result<qui
 
 /// Connect to `addr` and handshake, in this device's protocol version or, if the gateway is
 /// older, in its version.
-async fn connect(client: &quinn::ClientConfig, addr: SocketAddr, cfg: &LinkConfig, generation: u64) -> Result<Connected, Attempt> {
-    match connect_once(client, addr, cfg, PROTOCOL_VERSION, generation).await {
-        Err(Attempt::Downgrade(version)) => match connect_once(client, addr, cfg, version, generation).await {
+async fn connect(client: &quinn::ClientConfig, addr: SocketAddr, cfg: &LinkConfig) -> Result<Connected, Attempt> {
+    match connect_once(client, addr, cfg, PROTOCOL_VERSION).await {
+        Err(Attempt::Downgrade(version)) => match connect_once(client, addr, cfg, version).await {
             Err(Attempt::Downgrade(v)) => Err(Attempt::Failed(format!("the gateway asked for protocol version {v} twice"))),
             other => other,
         },
@@ -219,7 +220,7 @@ async fn connect(client: &quinn::ClientConfig, addr: SocketAddr, cfg: &LinkConfi
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Connect and handshake once.
-async fn connect_once(client: &quinn::ClientConfig, addr: SocketAddr, cfg: &LinkConfig, version: u16, generation: u64) -> Result<Connected, Attempt> {
+async fn connect_once(client: &quinn::ClientConfig, addr: SocketAddr, cfg: &LinkConfig, version: u16) -> Result<Connected, Attempt> {
     let endpoint = client_endpoint(client, addr)?;
     let connecting = endpoint.connect(addr, &cfg.server_name).map_err(|e| Attempt::Failed(e.to_string()))?;
     let conn = tokio::time::timeout(CONNECT_TIMEOUT, connecting)
@@ -250,7 +251,7 @@ async fn connect_once(client: &quinn::ClientConfig, addr: SocketAddr, cfg: &Link
         Ok(Ok(reply)) => match read_handshake(reply, &cfg.tokenizer_fingerprint) {
             HandshakeAnswer::Welcome { gateway_id, llm_id, limits } => {
                 tracing::info!(%gateway_id, %llm_id, %addr, version, rtt_ms = conn.rtt().as_millis() as u64, "connected to the gateway");
-                Ok(Connected { conn, limits, generation, addr, protocol_version: version, in_flight: Arc::default(), endpoint })
+                Ok(Connected { conn, limits, generation: 0, addr, protocol_version: version, in_flight: Arc::default(), endpoint })
             }
             HandshakeAnswer::Downgrade { version } => Err(Attempt::Downgrade(version)),
             HandshakeAnswer::Refused(why) => Err(Attempt::Refused(why)),
@@ -354,7 +355,7 @@ pub(super) async fn run_link(client: Arc<ClientTls>, cfg: LinkConfig, tx: watch:
         };
         // The device certificate in force now: a rotated one is used from the next connection on.
         let current = client.current();
-        let attempt = connect(&current, addr, &cfg, generation + 1);
+        let attempt = connect(&current, addr, &cfg);
         tokio::pin!(attempt);
         let result = if matches!(&*tx.borrow(), LinkState::Moving(_)) {
             tokio::select! {
@@ -369,9 +370,13 @@ pub(super) async fn run_link(client: Arc<ClientTls>, cfg: LinkConfig, tx: watch:
             attempt.await
         };
         let wait = match result {
-            Ok(connected) => {
+            Ok(mut connected) => {
                 open.add(&connected);
+                // Numbered when it is welcomed, not when the attempt began: a drained replica
+                // re-offered meanwhile took the next number, and two connections sharing one would
+                // let the sessions assume the new replica holds what they sent the drained one.
                 generation += 1;
+                connected.generation = generation;
                 failover.connected();
                 if let Some(drained) = previous.take() {
                     tokio::spawn(close_when_answered(drained));
