@@ -33,6 +33,11 @@ struct CaArgs {
 /// The command's name (`cloud-gateway ca ...`).
 pub const NAME: &str = "ca";
 
+/// The command's definition as a subcommand of `cloud-gateway`, for its reference pages.
+pub fn command() -> clap::Command {
+    <CaArgs as clap::CommandFactory>::command().name(NAME).bin_name(format!("cloud-gateway {NAME}"))
+}
+
 /// The environment variables the subcommands read under their old `DUET_FLEET_*` names, with
 /// their new ones: a set old one is warned about, never read.
 const RENAMED_ENV: [(&str, &str); 8] = [

@@ -32,6 +32,11 @@ struct FleetArgs {
 /// The command's name (`cloud-gateway fleet ...`).
 pub const NAME: &str = "fleet";
 
+/// The command's definition as a subcommand of `cloud-gateway`, for its reference pages.
+pub fn command() -> clap::Command {
+    <FleetArgs as clap::CommandFactory>::command().name(NAME).bin_name(format!("cloud-gateway {NAME}"))
+}
+
 /// The words `fleet` answers itself after its name (anything else is a CA command's old
 /// spelling).
 const SUBCOMMANDS: [&str; 6] = ["bundle", "publish", "status", "help", "--help", "-h"];

@@ -10,6 +10,10 @@ use cloud_gateway::Gateway;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if let Some(dir) = common::reference::requested() {
+        let command = <GatewayArgs as clap::CommandFactory>::command().subcommand(cloud_gateway::ca_command::command()).subcommand(cloud_gateway::fleet_command::command());
+        return common::reference::write(command, cloud_gateway::cli::SECTIONS, &dir);
+    }
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     // The admin commands: no gateway is started.
     if argv.get(1).is_some_and(|a| a == cloud_gateway::ca_command::NAME) {

@@ -17,6 +17,8 @@ mod exp_sums;
 pub mod fingerprint;
 pub mod fleet;
 pub mod protocol;
+#[cfg(feature = "reference")]
+pub mod reference;
 pub mod router_header;
 pub mod sampling;
 pub mod stats;

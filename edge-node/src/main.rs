@@ -41,6 +41,9 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    if let Some(dir) = common::reference::requested() {
+        return common::reference::write(<Cli as clap::CommandFactory>::command(), &[], &dir);
+    }
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let cli = match common::config_file::find(&argv) {
         Some(file) => Cli::parse_from(common::config_file::strip(common::config_file::expand(&<Cli as clap::CommandFactory>::command(), argv, &file)?)),

@@ -1,5 +1,5 @@
 //! `loadtest`: measures Duet's gateway and backends. Each subcommand runs its baseline in the
-//! same process and prints one JSON report (BENCHMARKS.md quotes the commands).
+//! same process and prints one JSON report (docs/src/benchmarks/ quotes the commands).
 
 use loadtest::{abuse, batching, capacity, engines, fleet, gateway_latency, handshake};
 
@@ -50,6 +50,9 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    if let Some(dir) = common::reference::requested() {
+        return common::reference::write(<Cli as clap::CommandFactory>::command(), &[], &dir);
+    }
     let cli = Cli::parse();
     if common::config_file::parse_only() {
         return Ok(());

@@ -59,6 +59,9 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    if let Some(dir) = common::reference::requested() {
+        return common::reference::write(<Cli as clap::CommandFactory>::command(), &[], &dir);
+    }
     let cli = Cli::parse();
     if common::config_file::parse_only() {
         return Ok(());
