@@ -6,7 +6,8 @@
 //! A leaf of its own: the shared state holds the limiters and the transport applies them, so
 //! neither imports the other for them.
 //!
-//! Measured without them (BENCHMARKS.md, "Gateway under abuse and overload"): 10,000 idle connections from one host locked new
+//! Measured without them (docs/src/benchmarks/fairness-overload.md, "Gateway under abuse and
+//! overload"): 10,000 idle connections from one host locked new
 //! devices out, and 30 connections holding partial frames on every stream pinned 2.1 GB.
 
 use std::net::IpAddr;

@@ -13,7 +13,8 @@
 # harness; 82-163 are held back and never run) at HE_MAX_TOKENS (384). Either size 0 skips the
 # task. Both modes keep the default --speculate (8).
 #
-# Prints the markdown table BENCHMARKS.md publishes ("Verify the draft"), per task and mode:
+# Prints the markdown table docs/src/benchmarks/draft-verification.md publishes ("The full
+# run"), per task and mode:
 #   accuracy            answers matching the key (CommonsenseQA), problems passing their tests (HumanEval)
 #   LLM-checked         committed tokens the LLM chose or accepted: cloud tokens (the LLM's own,
 #                       one per answered escalation) + draft tokens it accepted, over all tokens

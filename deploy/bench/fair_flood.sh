@@ -12,7 +12,8 @@
 # tokens served, the flood's share, the well-behaved devices' shares of their fair share (min /
 # median, how many at >= 0.9), their answers, lost, refusals by reason; then llama-server's own
 # counters for the run. The JSON reports (every device's share) go to $OUT.
-# The embedded backend's rows (BENCHMARKS.md) come from the same scenario without --engine.
+# The embedded backend's rows (docs/src/benchmarks/fairness-overload.md) come from the same
+# scenario without --engine.
 #
 # -c: 4,096 tokens a slot, the gateway's --max-context in the scenario (the flood's contexts grow
 # to 3,500 tokens; with less the engine refuses the rest, counted as lost). DEADLINE_MS is every

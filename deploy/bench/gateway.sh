@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The gateway's own cost, both LLM paths, in one command: what BENCHMARKS.md's "Gateway-added
-# latency" and "Gateway in front of external engines" rows measure, re-run together on the
+# The gateway's own cost, both LLM paths, in one command: what docs/src/benchmarks/gateway.md's
+# "Gateway-added latency on a fixed-cost backend" and docs/src/benchmarks/engines.md's rows
+# measure, re-run together on the
 # current build so that a change to the gateway (the dispatch seam, admission, fair sharing)
 # can be checked against them.
 #   1. `loadtest gateway-latency` (50 simulated devices over QUIC on loopback, an in-process

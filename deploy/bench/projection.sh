@@ -2,7 +2,8 @@
 # What a GPU cloud would give, as a labelled projection: routed decoding with the real 0.5B SLM on
 # the device, the real network path (`loadtest relay` at each round-trip time) and a gateway
 # whose LLM is a latency model (per escalation A_MS + B_US·prefilled tokens + C_US·draft tokens,
-# the figures BENCHMARKS.md cites for a ~32B model on one H100) answering with tokens recorded
+# the figures docs/src/benchmarks/draft-verification.md cites for a ~32B model on one H100)
+# answering with tokens recorded
 # from the real embedded 1.5B. Against local-only decoding of the same prompts in the same run.
 #
 #   deploy/bench/projection.sh        # CQA_ITEMS=8 CODE_ITEMS=4 RTTS="0 20 50 100" A_MS=25 B_US=150 C_US=150

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Where the device's decode step spends its time: `perf record` (Debian's linux-perf) of
 # `edge-node bench` at one context, then the share of samples per library and the hottest
-# symbols outside ONNX Runtime's kernels. Prints a markdown table BENCHMARKS.md quotes.
+# symbols outside ONNX Runtime's kernels. Prints a markdown table
+# docs/src/benchmarks/device-decode.md quotes.
 #
 #   deploy/bench/slm_profile.sh                # the 0.5B SLM, context 128, 1 thread, 512 steps
 #   CONTEXT=1024 THREADS=2 deploy/bench/slm_profile.sh

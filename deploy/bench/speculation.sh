@@ -12,7 +12,8 @@
 # pre-sync; local-only runs at the start and at the end are the baseline. Prompts: the first
 # ITEMS CommonsenseQA validation questions (the seed's format) with the shipped trained router
 # at its default rate, and a coding prompt with the confidence router at tau 0.7. Prints, per
-# prompt kind, the markdown table BENCHMARKS.md publishes ("Hiding the network"), with these
+# prompt kind, the markdown table docs/src/benchmarks/end-to-end.md publishes ("Hiding the
+# network: speculative continuation"), with these
 # definitions (each run's `edge-node generate --json`, pooled over the runs of a row):
 #   decode tok/s          generated tokens / time after the SLM's prompt prefill (`decode_ms`):
 #                         the prefill is the same in every configuration and is left out

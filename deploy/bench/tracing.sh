@@ -11,8 +11,8 @@
 # when other work shares the cores. The JSON reports stay in $OUT.
 #
 # Usage: deploy/bench/tracing.sh [loadtest gateway-latency flags]
-#   default "--devices 50 --sessions 2 --escalations 40" (BENCHMARKS.md's gateway-latency
-#   figure); ROUNDS (default 3), OUT the report directory.
+#   default "--devices 50 --sessions 2 --escalations 40" (the gateway-latency figure of
+#   docs/src/benchmarks/gateway.md); ROUNDS (default 3), OUT the report directory.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"

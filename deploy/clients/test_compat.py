@@ -1,5 +1,5 @@
 """The requests the ecosystem's clients send, through the official `openai` Python client, and
-bad bodies over raw HTTP: each accepted as README's compatibility table says, or refused with an
+bad bodies over raw HTTP: each accepted as the compatibility table (docs/src/serve.md) says, or refused with an
 OpenAI error naming the parameter. Runs on the tiny model (`servers.py`)."""
 import http.client
 import json

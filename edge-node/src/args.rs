@@ -125,15 +125,16 @@ pub struct CloudArgs {
     pub no_presync: bool,
     /// While a hard token is at the gateway, let the SLM decode up to this many tokens ahead
     /// from its own token (kept when the cloud agrees, rolled back when not; the output is the
-    /// same either way). 0 waits for every answer. 8 by default: +9–11 % tokens/s on a coding
-    /// prompt, neutral on CommonsenseQA (BENCHMARKS.md, "Hiding the network").
+    /// same either way). 0 waits for every answer. 8 by default: on a coding prompt it keeps
+    /// 0.67x of local-only speed where waiting keeps 0.59x (0.63x and 0.51x at 50 ms RTT);
+    /// neutral on CommonsenseQA (docs/src/benchmarks/end-to-end.md, "Hiding the network").
     #[arg(long, env = "DUET_SPECULATE", default_value_t = 8)]
     pub speculate: usize,
     /// Send the SLM's continuation with each hard token for the LLM to check in the same round
     /// trip (protocol v5; several LLM-checked tokens per escalation): off, or adaptive (the
     /// draft length follows acceptance and answer time, none while the link is degraded).
     /// Gateways older than v5 get plain escalations either way. Off by default until measured
-    /// (BENCHMARKS.md).
+    /// (docs/src/benchmarks/draft-verification.md).
     #[arg(long, env = "DUET_DRAFT", value_enum, default_value_t = DraftMode::Off)]
     pub draft: DraftMode,
     /// Highlight cloud tokens: auto (when stdout is a terminal), always, never (`generate`

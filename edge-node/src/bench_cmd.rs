@@ -1,7 +1,7 @@
 //! `edge-node bench`: prefill time, decode speed and its growth with context, peak memory.
 //!
-//! BENCHMARKS.md quotes this command; `deploy/bench/slm_decode.sh` runs it next to the
-//! onnxruntime-genai baseline on the same model files.
+//! docs/src/benchmarks/device-decode.md quotes this command; `deploy/bench/slm_decode.sh` runs
+//! it next to the onnxruntime-genai baseline on the same model files.
 
 use std::time::Instant;
 

@@ -64,8 +64,9 @@ impl EngineError {
     /// answered others (`answered_meanwhile`): a timeout then says the deadline was too short
     /// for the worker's queue, not that the worker is down. Counted, five of a flood's
     /// deadline-bound attempts in a row opened the breaker of a llama-server that kept
-    /// answering, and the pool refused every device for its whole pause (BENCHMARKS.md, the
-    /// engine path's fair flood). A hung worker answers nobody, and its timeouts still count.
+    /// answering, and the pool refused every device for its whole pause
+    /// (docs/src/benchmarks/fairness-overload.md, the engine path's fair flood). A hung worker
+    /// answers nobody, and its timeouts still count.
     pub fn counts_against_worker_that_answered(&self, answered_meanwhile: bool) -> bool {
         self.counts_against_worker() && !(matches!(self, Self::Timeout) && answered_meanwhile)
     }

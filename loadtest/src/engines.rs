@@ -1,5 +1,5 @@
 //! The gateway in front of external engines: what it costs and what its routing buys
-//! (BENCHMARKS.md, "Gateway in front of external engines").
+//! (docs/src/benchmarks/engines.md).
 //!
 //! Questions this answers, each against a baseline measured the same way:
 //! - How much does the gateway add over calling the engine directly? `--direct` sends the same

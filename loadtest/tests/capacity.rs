@@ -1,7 +1,8 @@
 //! `loadtest capacity` end to end: the search runs real fleets (fixed-cost backend, its own
 //! process) row by row and writes its JSON, markdown and HTML reports; a server that still
 //! meets the level at the largest fleet allowed is reported as a lower bound. Bad options are
-//! refused by name. A few seconds of load per probe; the measurements are in BENCHMARKS.md.
+//! refused by name. A few seconds of load per probe; the measurements are in
+//! docs/src/benchmarks/gateway.md ("Capacity: devices per LLM server at a service level").
 
 use std::process::Command;
 

@@ -3,7 +3,8 @@
 //! `4g` and under blackouts, and with a certificate per device against a gateway that verifies
 //! them (which refuses devices without one), and with drafts; bad options are refused with a
 //! message that says what to fix.
-//! Kept to about ten seconds of load each; the long measurements are in BENCHMARKS.md.
+//! Kept to about ten seconds of load each; the long measurements are in
+//! docs/src/benchmarks/fleet.md.
 
 use std::path::Path;
 use std::process::Command;

@@ -6,7 +6,7 @@
 //! distributions set transparent huge pages to `madvise` (only memory a process asks for is
 //! backed by them), and ONNX Runtime does not ask: its prepacked weights sit on 4 KiB pages in
 //! both this runtime and onnxruntime-genai. Asking makes decoding faster than genai on the
-//! same files (BENCHMARKS.md, "Edge SLM decoding").
+//! same files (docs/src/benchmarks/device-decode.md).
 //!
 //! ONNX Runtime allocates the weights while the session loads. Right after, every anonymous
 //! writable mapping of at least 2 MiB that is at least half resident is advised

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 pub struct DeadlinePolicy {
     /// RTT multiplier: 3, not 2, so that one lost packet of the exchange (recovered after
     /// QUIC's probe timeout, about one more RTT) still makes its deadline; at 2 the fleet saw
-    /// 4–6 % timeouts on every lossy profile (BENCHMARKS.md, "Fleet load test").
+    /// 4–6 % timeouts on every lossy profile (docs/src/benchmarks/fleet.md, "Tried and not kept").
     pub k: f64,
     /// Shortest deadline: a scheduling hiccup on either end must not cost a fallback.
     pub min: Duration,
@@ -213,7 +213,7 @@ impl LinkHealth {
     /// prefill, whenever it ends: a shorter deadline cannot get an answer, only a fallback the
     /// wait would have avoided. The maximum still bounds the stall (measured: the demo's
     /// CommonsenseQA prompt, 130 tokens, took 7 s to prefill where 3.2 s were expected, and every
-    /// hard token fell back on a deadline under 0.7 s; README.md).
+    /// hard token fell back on a deadline under 0.7 s; docs/src/getting-started.md).
     pub fn presync_left(&self, tokens: usize, elapsed: Duration) -> Duration {
         let expected = self.prefill_estimate(tokens).mul_f64(PREFILL_MARGIN);
         if elapsed < expected {

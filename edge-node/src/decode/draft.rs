@@ -12,7 +12,8 @@
 //!   draft and drops to one past the accepted prefix after a rejection (at least 1). Starting
 //!   long paid for drafts before anything was known: on CommonsenseQA, where the LLM accepted
 //!   1 of 35 draft tokens, the 3 extra SLM steps of each session's first draft made verifying
-//!   slower than waiting (BENCHMARKS.md, "Verify the draft"); doubling, as TCP's slow start
+//!   slower than waiting (docs/src/benchmarks/draft-verification.md, "Tried and not kept");
+//!   doubling, as TCP's slow start
 //!   grows its window, still reaches 4 after two accepted drafts where the SLM agrees;
 //! - **time**: drafting the extra tokens may take at most half the time an answer takes
 //!   (`(len - 1) * step <= max(wait, 10 ms) / 2`, both smoothed), so a draft never costs much

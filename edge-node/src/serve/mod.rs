@@ -13,8 +13,8 @@
 //!
 //! Bodies are read field by field ([`request`], [`messages`]) so that what clients send is
 //! accepted (content parts, `developer`, tool history, prompt lists, `n`, logprobs) and what the
-//! server cannot do is refused with an OpenAI error naming the parameter ([`error`]); README's
-//! compatibility table lists both.
+//! server cannot do is refused with an OpenAI error naming the parameter ([`error`]); the
+//! compatibility table in docs/src/serve.md lists both.
 
 mod api;
 mod conn;

@@ -17,7 +17,8 @@
 //! of escalations that missed their deadline (expired, late or unanswered); the gateway's
 //! refusals by reason, how often its circuit breaker to the worker opened, and its queue age
 //! (`duet_gateway_queue_age_seconds`, sampled every 250 ms) while the overload lasts. Run it with the gateway's `--engine-admission=off`
-//! (`--gateway-arg`) for the count bound alone, the before of BENCHMARKS.md.
+//! (`--gateway-arg`) for the count bound alone, the baseline of
+//! docs/src/benchmarks/fairness-overload.md ("Engine path under 3x overload").
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

@@ -1,5 +1,6 @@
 //! `loadtest capacity`: how many devices one LLM server serves at a service level, found by
-//! search over the fleet's size (BENCHMARKS.md, "Capacity").
+//! search over the fleet's size (docs/src/benchmarks/gateway.md, "Capacity: devices per LLM
+//! server at a service level").
 //!
 //! Each probe is one `loadtest fleet` run (the real edge stack replaying recorded SLM traces
 //! of real tasks, over QUIC, against a gateway in front of the server), judged against the

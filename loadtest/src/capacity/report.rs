@@ -87,7 +87,7 @@ impl CapacityReport {
         }
     }
 
-    /// The table BENCHMARKS.md publishes: one line per row.
+    /// The table docs/src/benchmarks/gateway.md publishes ("Capacity"): one line per row.
     pub fn markdown(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "| row | devices per server | served | ITL p99 ms | esc/s | LLM-checked tokens | accepted per draft | vs one-token | probes (devices: served) |");

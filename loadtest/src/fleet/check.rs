@@ -1,5 +1,5 @@
-//! Each device checks its own token stream, session by session (BENCHMARKS.md, "Fleet load
-//! test", "Correctness").
+//! Each device checks its own token stream, session by session
+//! (docs/src/benchmarks/fleet.md, "Fleet load test", "Correctness").
 //!
 //! [`CheckedCloud`] wraps the device's real cloud ([`edge_node::link::link_cloud::LinkCloud`]) and
 //! logs every escalation: the position asked for, a hash of the context sent, the answer and,

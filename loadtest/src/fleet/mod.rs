@@ -1,5 +1,6 @@
 //! `loadtest fleet`: thousands of simulated devices on real, impaired links against one real
-//! gateway, each checking its own token stream (BENCHMARKS.md, "Fleet load test").
+//! gateway, each checking its own token stream (docs/src/benchmarks/fleet.md, "Fleet load
+//! test").
 //!
 //! What runs: a gateway in its own process ([`gateway`]: the fixed-cost backend, the embedded
 //! LLM or external engines; or an external gateway), one impairment relay per network profile

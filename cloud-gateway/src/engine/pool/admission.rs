@@ -42,17 +42,16 @@
 //! What a worker's prefix cache holds is the engine's to know: with more sessions than slots
 //! it evicts, and a request dropped at its deadline may never have reached the cache at all.
 //! Assuming the session's last context was still there made a "16-token" request a 2,016-token
-//! prefill that stopped a llama-server for 45 s (BENCHMARKS.md, the engine path's fair
-//! flood). So a session's earlier context is counted as held only when the engine said so:
-//! each answer reports the prompt tokens it found cached (llama-server's `timings.cache_n`,
+//! prefill that stopped a llama-server for 45 s (docs/src/benchmarks/fairness-overload.md, the
+//! engine path's fair flood). So a session's earlier context is counted as held only when the
+//! engine said so: each answer reports the prompt tokens it found cached (llama-server's `timings.cache_n`,
 //! SGLang's `cached_tokens`, vLLM's `prompt_tokens_details.cached_tokens` where enabled), and
 //! [`learn`] keeps, per session and worker, whether the answers show the session's context
 //! kept ([`CacheSeen`]). The session's first answer there counts as kept when the engine
 //! reports cache figures at all (it has just run that context; charging the whole context
 //! again until a second answer proved it refused two thirds of a closed loop that one
-//! llama-server with 8 slots served in time: BENCHMARKS.md, "Gateway in front of external
-//! engines"); after that, an answer keeps it only when it found the session's earlier context
-//! cached. While kept, the next escalation is charged its delta; an engine that reports
+//! llama-server with 8 slots served in time: docs/src/benchmarks/engines.md); after that, an
+//! answer keeps it only when it found the session's earlier context cached. While kept, the next escalation is charged its delta; an engine that reports
 //! nothing, a miss, or a request not answered (its slot may hold anything) charges the whole
 //! context.
 //!
@@ -137,7 +136,8 @@ impl Load {
     /// pre-sync the device sent ahead of its first hard token) is covered by the device's own
     /// deadline, which already waits for it; counted as ahead, it got a lone device's first
     /// hard tokens refused `Busy` by a one-slot llama-server serving nobody else
-    /// (BENCHMARKS.md, "Verify the draft: what a GPU cloud would give", llama-server rows).
+    /// (docs/src/benchmarks/draft-verification.md, "What a GPU cloud would give (projection)",
+    /// llama-server rows).
     pub fn ahead_of(&self, session: &SessionKey) -> Ahead {
         let others = self.entries.iter().filter(|e| e.session.as_ref() != Some(session));
         let (requests, tokens) = others.fold((0, 0), |(r, t), e| (r + 1, t + e.tokens));
