@@ -173,7 +173,8 @@ async fn sigterm_on_the_replica_an_edge_uses_moves_it_to_the_other_and_exits_0_w
     let prompt_ids = |x: &serde_json::Value| -> Vec<u64> { x["prompt_token_ids"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap()).collect() };
     let resync_ids: Vec<u64> = prompt_ids(&v).into_iter().chain(ids(&v)[..moved_at].iter().copied()).collect();
     if prompt_ids(&llm) == resync_ids {
-        assert_eq!(ids(&v)[moved_at..], ids(&llm)[..], "after the move: {} / the 1.5B from the resynced context: {}", v["text"], llm["text"]);
+        let syncs = format!("moved at {moved_at}, full syncs {}, context missing {}, syncs ahead {}", v["full_syncs"], v["context_missing"], v["syncs_ahead"]);
+        assert_eq!(ids(&v)[moved_at..], ids(&llm)[..], "after the move ({syncs}): {} / the 1.5B from the resynced context: {}", v["text"], llm["text"]);
     } else {
         eprintln!("the text up to the move tokenizes differently: the tokens after it are not compared");
     }

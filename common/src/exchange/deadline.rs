@@ -61,8 +61,12 @@ impl DeadlinePolicy {
     }
 
     fn deadline_at(&self, srtt: Duration, service_time: Duration, per_token: Duration, tokens: usize) -> Duration {
-        let d = srtt.mul_f64(self.k) + service_time + per_token * tokens.min(100_000) as u32;
-        d.clamp(self.min, self.max)
+        Self::expected_at(self.k, srtt, service_time, per_token, tokens).clamp(self.min, self.max)
+    }
+
+    /// The wait a deadline is made from, before the policy's bounds.
+    fn expected_at(k: f64, srtt: Duration, service_time: Duration, per_token: Duration, tokens: usize) -> Duration {
+        srtt.mul_f64(k) + service_time + per_token * tokens.min(100_000) as u32
     }
 }
 
@@ -197,10 +201,18 @@ impl LinkHealth {
     /// [`Self::presync_left`]). Still at most the policy's maximum, counted from now: no token
     /// ever waits longer than that.
     pub fn deadline_behind(&self, srtt: Duration, tokens: usize, ahead: Duration) -> Duration {
+        self.expected_behind(srtt, tokens, ahead).clamp(self.policy.min, self.policy.max)
+    }
+
+    /// The wait [`Self::deadline_behind`] is made from, before the policy's bounds: what a
+    /// `Full` resync's prefill is expected to take, compared with the maximum to decide whether
+    /// it goes ahead of its hard token (a bounded figure would reach the maximum whenever the
+    /// policy's minimum is its maximum, and send every resync ahead).
+    pub fn expected_behind(&self, srtt: Duration, tokens: usize, ahead: Duration) -> Duration {
         // Prefill times vary with the gateway's load far more than a one-token step, and a
         // deadline a little short wastes the whole wait: prefill work gets a margin.
         let service = Duration::from_secs_f64(self.service_ewma_ms / 1e3) + ahead;
-        self.policy.deadline_at(srtt, service, Duration::from_secs_f64(PREFILL_MARGIN * self.per_token_ms / 1e3), tokens)
+        DeadlinePolicy::expected_at(self.policy.k, srtt, service, Duration::from_secs_f64(PREFILL_MARGIN * self.per_token_ms / 1e3), tokens)
     }
 
     /// How long a hard token must expect to wait behind this session's pre-sync of `tokens`

@@ -274,7 +274,7 @@ impl EdgeSession {
         if held || context.len() < 2 || !self.health.may_escalate(now) {
             return None;
         }
-        let whole = self.health.deadline_behind(rtt, context.len(), Duration::ZERO);
+        let whole = self.health.expected_behind(rtt, context.len(), Duration::ZERO);
         if whole < self.health.policy().max {
             return None;
         }

@@ -287,6 +287,12 @@ fn nothing_goes_ahead_for_a_held_context_a_short_one_or_a_device_holding_back() 
     // A short context fits a deadline as a `Full`: nothing to send ahead of it.
     let mut q = Pair::new();
     assert!(q.edge.sync_ahead(&[1, 2, 3, 4, 5, 6], up(1), q.now).is_none());
+    // Nor with a fixed deadline (minimum = maximum): the deadline is the maximum, but a short
+    // context's prefill is expected well within it.
+    let fixed = DeadlinePolicy { min: policy().max, ..policy() };
+    let mut f = Pair::new();
+    f.edge = EdgeSession::new(1, WireSampling::default(), LinkHealth::new(fixed, Duration::from_millis(10)));
+    assert!(f.edge.sync_ahead(&[1, 2, 3, 4, 5, 6], up(2), f.now).is_none(), "a fixed deadline sends no short resync ahead");
     // A gateway that asked for a pause gets nothing ahead of time either.
     let mut r = Pair::new();
     let step = r.edge.escalate(&long, up(1), r.now);
