@@ -1,11 +1,11 @@
 //! Holding a target escalation rate: tau steered by what a session actually escalates.
 //!
-//! Why: `--escalation-rate r` used to become one fixed tau through the router file's
-//! calibration table, the r-quantile of the router's confidences on the SLM's own CommonsenseQA
-//! answers. Other text has other confidences (routed answers part from the SLM's after the first
-//! escalation; code is surer than commonsense; chat less), so a fixed tau escalates another
-//! share: 5.9-7.8 % for a 10 % target in EVALUATION.md, and the share drifts by task. A device
-//! that budgets its cloud tokens wants the share it asked for.
+//! Why: a fixed tau (the router file's calibration table: the r-quantile of the router's
+//! confidences on the SLM's own CommonsenseQA answers) escalates another share on other text
+//! (routed answers part from the SLM's after the first escalation; code is surer than
+//! commonsense; chat less): 7.77 % for a 10 % target on CommonsenseQA, 3.5 % of a code
+//! answer's tokens (docs/src/benchmarks/routing-quality.md, "Tried and not kept"). A device that
+//! budgets its cloud tokens wants the share it asked for.
 //!
 //! The rule. The decode loop reads [`RateControl::tau`] before each position's verdict and
 //! calls [`RateControl::observe`] with the router's confidence and the verdict once the
