@@ -30,6 +30,12 @@ pub fn requested() -> Option<PathBuf> {
 /// the `[section]` tables of a sectioned `--config` file (empty: the file's keys are the flags'
 /// long names, as for `edge-node`).
 pub fn write(command: Command, sections: &[Section], dir: &Path) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let name = command.get_name().to_string();
+    write_pages(command, sections, dir).with_context(|| format!("{ENV}: writing {name}'s reference pages into {}", dir.display()))
+}
+
+fn write_pages(command: Command, sections: &[Section], dir: &Path) -> anyhow::Result<()> {
     let name = command.get_name().to_string();
     let (man, completions, cli) = (dir.join("man"), dir.join("completions"), dir.join("cli"));
     for d in [&man, &completions, &cli] {
