@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Re-record the trace `loadtest fleet` replays (loadtest/traces/qwen2.5-coder-0.5b.trace.json):
+# Re-record the trace `loadtest fleet` replays (loadtest/traces/qwen2.5-coder-0.5b.trace.json,
+# built into the loadtest binary: rebuild it after recording):
 # real local runs of the 0.5B SLM through `edge-node generate --chat --json` (greedy, no cloud),
 # over CommonsenseQA validation prompts (the seed's prompt format, as the router lab uses) and
 # a few coding and chat prompts. Per generated token it keeps the token id, the SLM's top

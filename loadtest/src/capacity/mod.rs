@@ -150,7 +150,7 @@ pub fn run(args: CapacityArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let exe = std::env::current_exe().context("locating the loadtest binary (it starts the gateway)")?;
     let level = ServiceLevel { served: args.served_at_least, itl_p99_ms: args.itl_p99_ms, min_escalations: args.min_escalations };
-    let trace = fleet::trace::Trace::load(&args.fleet.gateway.trace)?;
+    let trace = fleet::trace::Trace::load(args.fleet.gateway.trace.as_deref())?;
     let mut rows = Vec::new();
     for &row in &args.rows {
         let mut search = FleetSearch::new(args.fleet.devices, args.max_devices, args.precision);

@@ -74,7 +74,7 @@ impl CapacityReport {
         };
         Self {
             backend: f.gateway.backend.to_string(),
-            trace: f.gateway.trace.display().to_string(),
+            trace: f.gateway.trace_name(),
             session_mix: kinds.join(","),
             escalation_rate: f.escalation_rate,
             think_time_s: f.think_time_s,

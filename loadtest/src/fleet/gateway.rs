@@ -22,7 +22,7 @@ use cloud_gateway::Gateway;
 use serde::{Deserialize, Serialize};
 
 use super::options::BackendSpec;
-use super::trace::{Trace, DEFAULT_TRACE};
+use super::trace::Trace;
 use crate::fixed_backend::FixedCostBackend;
 
 /// Options of `loadtest gateway`.
@@ -32,9 +32,10 @@ pub struct GatewayArgs {
     /// engine=KIND=URL[,KIND=URL...].
     #[arg(long, env = "DUET_FLEET_BACKEND", default_value = "fixed-cost")]
     pub backend: BackendSpec,
-    /// The recorded SLM trace the devices replay; the fixed-cost backend announces its tokenizer.
-    #[arg(long, env = "DUET_FLEET_TRACE", default_value = DEFAULT_TRACE)]
-    pub trace: PathBuf,
+    /// The recorded SLM trace the devices replay; the fixed-cost backend announces its tokenizer
+    /// (default: the built-in trace of qwen2.5-coder-0.5b, `loadtest/traces/`).
+    #[arg(long, env = "DUET_FLEET_TRACE")]
+    pub trace: Option<PathBuf>,
     /// QUIC address.
     #[arg(long, env = "DUET_FLEET_GATEWAY_LISTEN", default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
@@ -85,11 +86,18 @@ pub struct GatewayInfo {
     pub tokenizer_fingerprint: String,
 }
 
+impl GatewayArgs {
+    /// How reports name the trace the devices replay.
+    pub fn trace_name(&self) -> String {
+        self.trace.as_deref().map_or_else(|| super::trace::BUILT_IN_TRACE_NAME.to_string(), |p| p.display().to_string())
+    }
+}
+
 /// Start the backend `spec` (blocking: the embedded LLM loads its model).
 async fn backend(args: &GatewayArgs) -> anyhow::Result<BackendChoice> {
     Ok(match &args.backend {
         BackendSpec::FixedCost { cost_ms } => {
-            let trace = Trace::load(&args.trace)?;
+            let trace = Trace::load(args.trace.as_deref())?;
             let facts = ModelFacts { llm_id: String::new(), tokenizer_fingerprint: trace.tokenizer_fingerprint, vocab_size: trace.vocab_size, max_context: 32_768 };
             BackendChoice::Batcher(Box::new(FixedCostBackend::with_facts(Duration::from_millis(*cost_ms), facts)))
         }
@@ -216,8 +224,6 @@ pub fn to_argv(args: &GatewayArgs) -> Vec<String> {
     let mut v = vec![
         "--backend".into(),
         args.backend.to_string(),
-        "--trace".into(),
-        args.trace.display().to_string(),
         "--listen".into(),
         args.listen.to_string(),
         "--http-listen".into(),
@@ -235,6 +241,9 @@ pub fn to_argv(args: &GatewayArgs) -> Vec<String> {
         "--draft-verify".into(),
         clap::ValueEnum::to_possible_value(&args.draft_verify).map_or_else(String::new, |v| v.get_name().to_string()),
     ];
+    if let Some(t) = &args.trace {
+        v.extend(["--trace".into(), t.display().to_string()]);
+    }
     if let Some(d) = &args.cert_dir {
         v.extend(["--cert-dir".into(), d.display().to_string()]);
     }

@@ -195,7 +195,7 @@ pub fn plan(args: FleetArgs) -> anyhow::Result<Plan> {
     if args.external_gateway.is_some() {
         anyhow::ensure!(args.ca_cert.is_some(), "--gateway needs --ca-cert (the gateway's certificate, PEM)");
     }
-    let trace = Trace::load(&args.gateway.trace)?;
+    let trace = Trace::load(args.gateway.trace.as_deref())?;
     let kinds = trace.kinds();
     for name in args.mix.names() {
         anyhow::ensure!(kinds.iter().any(|k| k == name), "--mix: the trace has no `{name}` sessions (it has {})", kinds.join(", "));

@@ -372,7 +372,7 @@ pub fn build(r: &RunResult) -> FleetReport {
         seed: args.seed,
         profiles_mix: args.profiles.0.iter().map(|(n, w)| format!("{n}={w}")).collect::<Vec<_>>().join(","),
         session_mix: args.mix.0.iter().map(|(n, w)| format!("{n}={w}")).collect::<Vec<_>>().join(","),
-        trace: format!("{} ({} sessions; {})", args.gateway.trace.display(), r.plan.trace.sessions.len(), r.plan.trace.recorded),
+        trace: format!("{} ({} sessions; {})", args.gateway.trace_name(), r.plan.trace.sessions.len(), r.plan.trace.recorded),
         tau: r.plan.tau,
         escalation_rate_of_trace: r.plan.trace.rate_at(r.plan.tau),
         deadline_min_ms: args.deadline_min_ms,

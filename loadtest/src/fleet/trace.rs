@@ -15,8 +15,12 @@ use edge_node::decode::{Proposal, Slm, TracePoint, TraceSlm};
 use model_runtime::RuntimeError;
 use serde::{Deserialize, Serialize};
 
-/// The trace shipped with the tool.
-pub const DEFAULT_TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/traces/qwen2.5-coder-0.5b.trace.json");
+/// The trace built into the tool (`loadtest/traces/qwen2.5-coder-0.5b.trace.json`), so an
+/// installed binary replays it from anywhere and `--trace` is needed only for another one.
+const BUILT_IN_TRACE: &str = include_str!("../../traces/qwen2.5-coder-0.5b.trace.json");
+
+/// How a report names the built-in trace.
+pub const BUILT_IN_TRACE_NAME: &str = "built-in qwen2.5-coder-0.5b trace";
 
 /// Why a trace file cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -98,10 +102,18 @@ pub struct Trace {
 }
 
 impl Trace {
-    /// Read and check `path`.
-    pub fn load(path: &Path) -> Result<Self, TraceError> {
+    /// Read and check `path`, or the built-in trace when there is none.
+    pub fn load(path: Option<&Path>) -> Result<Self, TraceError> {
+        let Some(path) = path else {
+            return Self::parse(BUILT_IN_TRACE, Path::new(BUILT_IN_TRACE_NAME));
+        };
         let text = std::fs::read_to_string(path).map_err(|source| TraceError::Read { path: path.into(), source })?;
-        let trace: Trace = serde_json::from_str(&text).map_err(|source| TraceError::Parse { path: path.into(), source })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parse and check `text`, naming it `path` in errors.
+    fn parse(text: &str, path: &Path) -> Result<Self, TraceError> {
+        let trace: Trace = serde_json::from_str(text).map_err(|source| TraceError::Parse { path: path.into(), source })?;
         trace.check().map_err(|why| TraceError::Invalid { path: path.into(), why })?;
         Ok(trace)
     }
@@ -303,8 +315,8 @@ mod tests {
     }
 
     #[test]
-    fn the_shipped_trace_loads() {
-        let t = Trace::load(Path::new(DEFAULT_TRACE)).unwrap();
+    fn the_built_in_trace_loads() {
+        let t = Trace::load(None).unwrap();
         assert!(t.sessions.len() >= 20);
         assert!(t.kinds().len() >= 2, "{:?}", t.kinds());
     }

@@ -117,7 +117,7 @@ complete -c loadtest -n "__fish_loadtest_using_subcommand fleet" -l ca-cert -d '
 complete -c loadtest -n "__fish_loadtest_using_subcommand fleet" -l gateway-metrics -d 'The external gateway\'s HTTP side port (host:port), to scrape /metrics' -r
 complete -c loadtest -n "__fish_loadtest_using_subcommand fleet" -l gateway-pid -d 'The external gateway\'s process id on this machine, for its CPU and RSS' -r
 complete -c loadtest -n "__fish_loadtest_using_subcommand fleet" -l backend -d 'What answers escalations: fixed-cost[:MS] (MS per batch), embedded[:MODEL] or engine=KIND=URL[,KIND=URL...]' -r
-complete -c loadtest -n "__fish_loadtest_using_subcommand fleet" -l trace -d 'The recorded SLM trace the devices replay; the fixed-cost backend announces its tokenizer' -r -F
+complete -c loadtest -n "__fish_loadtest_using_subcommand fleet" -l trace -d 'The recorded SLM trace the devices replay; the fixed-cost backend announces its tokenizer (default: the built-in trace of qwen2.5-coder-0.5b, `loadtest/traces/`)' -r -F
 complete -c loadtest -n "__fish_loadtest_using_subcommand fleet" -l listen -d 'QUIC address' -r
 complete -c loadtest -n "__fish_loadtest_using_subcommand fleet" -l http-listen -d 'HTTP side port (/metrics)' -r
 complete -c loadtest -n "__fish_loadtest_using_subcommand fleet" -l cert-dir -d 'Where to write the self-signed certificate devices pin (default: a temporary directory)' -r -F
@@ -172,7 +172,7 @@ complete -c loadtest -n "__fish_loadtest_using_subcommand capacity" -l ca-cert -
 complete -c loadtest -n "__fish_loadtest_using_subcommand capacity" -l gateway-metrics -d 'The external gateway\'s HTTP side port (host:port), to scrape /metrics' -r
 complete -c loadtest -n "__fish_loadtest_using_subcommand capacity" -l gateway-pid -d 'The external gateway\'s process id on this machine, for its CPU and RSS' -r
 complete -c loadtest -n "__fish_loadtest_using_subcommand capacity" -l backend -d 'What answers escalations: fixed-cost[:MS] (MS per batch), embedded[:MODEL] or engine=KIND=URL[,KIND=URL...]' -r
-complete -c loadtest -n "__fish_loadtest_using_subcommand capacity" -l trace -d 'The recorded SLM trace the devices replay; the fixed-cost backend announces its tokenizer' -r -F
+complete -c loadtest -n "__fish_loadtest_using_subcommand capacity" -l trace -d 'The recorded SLM trace the devices replay; the fixed-cost backend announces its tokenizer (default: the built-in trace of qwen2.5-coder-0.5b, `loadtest/traces/`)' -r -F
 complete -c loadtest -n "__fish_loadtest_using_subcommand capacity" -l listen -d 'QUIC address' -r
 complete -c loadtest -n "__fish_loadtest_using_subcommand capacity" -l http-listen -d 'HTTP side port (/metrics)' -r
 complete -c loadtest -n "__fish_loadtest_using_subcommand capacity" -l cert-dir -d 'Where to write the self-signed certificate devices pin (default: a temporary directory)' -r -F
@@ -208,7 +208,7 @@ complete -c loadtest -n "__fish_loadtest_using_subcommand handshake" -l rounds -
 complete -c loadtest -n "__fish_loadtest_using_subcommand handshake" -l log -d 'Log filter' -r
 complete -c loadtest -n "__fish_loadtest_using_subcommand handshake" -s h -l help -d 'Print help'
 complete -c loadtest -n "__fish_loadtest_using_subcommand gateway" -l backend -d 'What answers escalations: fixed-cost[:MS] (MS per batch), embedded[:MODEL] or engine=KIND=URL[,KIND=URL...]' -r
-complete -c loadtest -n "__fish_loadtest_using_subcommand gateway" -l trace -d 'The recorded SLM trace the devices replay; the fixed-cost backend announces its tokenizer' -r -F
+complete -c loadtest -n "__fish_loadtest_using_subcommand gateway" -l trace -d 'The recorded SLM trace the devices replay; the fixed-cost backend announces its tokenizer (default: the built-in trace of qwen2.5-coder-0.5b, `loadtest/traces/`)' -r -F
 complete -c loadtest -n "__fish_loadtest_using_subcommand gateway" -l listen -d 'QUIC address' -r
 complete -c loadtest -n "__fish_loadtest_using_subcommand gateway" -l http-listen -d 'HTTP side port (/metrics)' -r
 complete -c loadtest -n "__fish_loadtest_using_subcommand gateway" -l cert-dir -d 'Where to write the self-signed certificate devices pin (default: a temporary directory)' -r -F

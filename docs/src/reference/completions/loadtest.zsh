@@ -130,7 +130,7 @@ _arguments "${_arguments_options[@]}" : \
 '--gateway-metrics=[The external gateway'\''s HTTP side port (host\:port), to scrape /metrics]:GATEWAY_METRICS:_default' \
 '--gateway-pid=[The external gateway'\''s process id on this machine, for its CPU and RSS]:GATEWAY_PID:_default' \
 '--backend=[What answers escalations\: fixed-cost\[\:MS\] (MS per batch), embedded\[\:MODEL\] or engine=KIND=URL\[,KIND=URL...\]]:BACKEND:_default' \
-'--trace=[The recorded SLM trace the devices replay; the fixed-cost backend announces its tokenizer]:TRACE:_files' \
+'--trace=[The recorded SLM trace the devices replay; the fixed-cost backend announces its tokenizer (default\: the built-in trace of qwen2.5-coder-0.5b, \`loadtest/traces/\`)]:TRACE:_files' \
 '--listen=[QUIC address]:LISTEN:_default' \
 '--http-listen=[HTTP side port (/metrics)]:HTTP_LISTEN:_default' \
 '--cert-dir=[Where to write the self-signed certificate devices pin (default\: a temporary directory)]:CERT_DIR:_files' \
@@ -190,7 +190,7 @@ draft-by-load\:"Drafts at the edge'\''s adaptive length; the gateway checks less
 '--gateway-metrics=[The external gateway'\''s HTTP side port (host\:port), to scrape /metrics]:GATEWAY_METRICS:_default' \
 '--gateway-pid=[The external gateway'\''s process id on this machine, for its CPU and RSS]:GATEWAY_PID:_default' \
 '--backend=[What answers escalations\: fixed-cost\[\:MS\] (MS per batch), embedded\[\:MODEL\] or engine=KIND=URL\[,KIND=URL...\]]:BACKEND:_default' \
-'--trace=[The recorded SLM trace the devices replay; the fixed-cost backend announces its tokenizer]:TRACE:_files' \
+'--trace=[The recorded SLM trace the devices replay; the fixed-cost backend announces its tokenizer (default\: the built-in trace of qwen2.5-coder-0.5b, \`loadtest/traces/\`)]:TRACE:_files' \
 '--listen=[QUIC address]:LISTEN:_default' \
 '--http-listen=[HTTP side port (/metrics)]:HTTP_LISTEN:_default' \
 '--cert-dir=[Where to write the self-signed certificate devices pin (default\: a temporary directory)]:CERT_DIR:_files' \
@@ -236,7 +236,7 @@ _arguments "${_arguments_options[@]}" : \
 (gateway)
 _arguments "${_arguments_options[@]}" : \
 '--backend=[What answers escalations\: fixed-cost\[\:MS\] (MS per batch), embedded\[\:MODEL\] or engine=KIND=URL\[,KIND=URL...\]]:BACKEND:_default' \
-'--trace=[The recorded SLM trace the devices replay; the fixed-cost backend announces its tokenizer]:TRACE:_files' \
+'--trace=[The recorded SLM trace the devices replay; the fixed-cost backend announces its tokenizer (default\: the built-in trace of qwen2.5-coder-0.5b, \`loadtest/traces/\`)]:TRACE:_files' \
 '--listen=[QUIC address]:LISTEN:_default' \
 '--http-listen=[HTTP side port (/metrics)]:HTTP_LISTEN:_default' \
 '--cert-dir=[Where to write the self-signed certificate devices pin (default\: a temporary directory)]:CERT_DIR:_files' \
