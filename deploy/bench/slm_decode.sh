@@ -83,6 +83,10 @@ echo "host: CPU flags that matter: ${flags:-none of them}"
 echo "host: transparent huge pages enabled=$(thp enabled) defrag=$(thp defrag) khugepaged/defrag=$(thp khugepaged/defrag)"
 for name in "${runners[@]}"; do
   [[ "$name" == genai ]] && continue
-  placed="$(for r in $(seq "$rounds"); do sed 's/\x1b\[[0-9;]*m//g' "$out/$name.$r.log" | grep -o 'huge_pages_mib=[0-9]* collapsed_mib=[0-9]*' | head -1 || true; done | sort | uniq -c | sed 's/^ *//' | tr '\n' ';')"
-  echo "host: $name placed on huge pages (rounds: huge_pages_mib / collapsed_mib): ${placed:-nothing logged}"
+  placed=""
+  for r in $(seq "$rounds"); do
+    got="$(sed 's/\x1b\[[0-9;]*m//g' "$out/$name.$r.log" | grep -o 'huge_pages_mib=[0-9]* collapsed_mib=[0-9]*' | head -1 | sed 's/huge_pages_mib=\([0-9]*\) collapsed_mib=\([0-9]*\)/\1 \/ \2/' || true)"
+    placed+="${placed:+; }round $r: ${got:-nothing logged}"
+  done
+  echo "host: $name placed on huge pages at load (MiB advised / collapsed): $placed"
 done
