@@ -82,7 +82,7 @@ for ctx in contexts:
         runs.append((time.perf_counter() - t) * 1e3 / args.decode_tokens)
         del g
     ms = statistics.median(runs)
-    decode.append({"context": ctx, "ms_per_token": ms, "tokens_per_s": 1e3 / ms})
+    decode.append({"context": ctx, "ms_per_token": ms, "tokens_per_s": 1e3 / ms, "runs_ms_per_token": runs})
 
 print(json.dumps({
     "model": os.path.basename(os.path.normpath(args.model_dir)),
@@ -90,6 +90,7 @@ print(json.dumps({
     "threads": args.threads,
     "prefill_tokens": args.prefill_tokens,
     "prefill_ms": statistics.median(prefill),
+    "prefill_runs_ms": prefill,
     "decode": decode,
     "context_growth_ratio": decode[-1]["ms_per_token"] / decode[0]["ms_per_token"],
     "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

@@ -8,11 +8,15 @@
 #   RUNNERS="duet genai"  who runs: duet (edge-node bench), duet-4k (the same with
 #                  --huge-pages off: the weights on 4 KiB pages, as before they were advised),
 #                  base (edge-node bench from the binary BASE_BIN names: an earlier build,
-#                  for a before/after in the same run), genai (the baseline, always run)
+#                  for a before/after in the same run; BASE_BIN=target/release/edge-node
+#                  runs this build against itself, the A/A that shows the host's noise),
+#                  genai (the baseline, always run)
 # The table gives each figure's median over the rounds and the ratio's spread (min-max of the
 # per-round ratios against genai). Below it, the host facts the figures depend on: the CPU and
 # the instruction sets ONNX Runtime's int4 kernels pick from, the kernel's transparent huge
 # page settings, and what each duet run actually placed on huge pages (from its load log).
+# Last, the noise floor per runner: how far one process's repetitions spread ("within") and
+# how far its processes spread ("between"); a ratio inside the between-spread is no difference.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 export DUET_HOME="${DUET_HOME:-$HOME/.cache/duet}"
@@ -72,6 +76,25 @@ for fig in names:
     print(f"| {fig} | " + " | ".join(cols) + " | " + " | ".join(ratios) + " |")
 print(f"| peak RSS (MiB) | " + " | ".join(f"{med(r['peak_rss_mib'] for r in runs[n]):.0f}" for n in ours + ["genai"]) + " | " + " | ".join("" for _ in ours) + " |")
 print("ratios: above 1.00 means duet is faster (prefill: genai's time over duet's)")
+# The noise floor: how far one process's repetitions spread, against how far the same runner's
+# processes spread (round medians). A between-process spread far above the within-process one
+# is each process's own state (where its memory landed), not the code; a ratio inside it is
+# not a difference between runners.
+def spread(v):
+    return max(v) / min(v) - 1 if v and min(v) > 0 else float("nan")
+for n in runners:
+    parts = []
+    for fig, key in [("prefill", None)] + [(f"decode@{d['context']}", d["context"]) for d in runs[n][0]["decode"]]:
+        if key is None:
+            within = [spread(r.get("prefill_runs_ms", [])) for r in runs[n]]
+            between = spread([r["prefill_ms"] for r in runs[n]])
+        else:
+            at = [next(d for d in r["decode"] if d["context"] == key) for r in runs[n]]
+            within = [spread(d.get("runs_ms_per_token", [])) for d in at]
+            between = spread([d["ms_per_token"] for d in at])
+        w = [x for x in within if x == x]
+        parts.append(f"{fig} {100 * med(w):.0f} % within, {100 * between:.0f} % between" if w else f"{fig} {100 * between:.0f} % between")
+    print(f"noise: {n}: " + "; ".join(parts))
 PY
 
 # Host facts: what the lead over genai has been found to depend on.

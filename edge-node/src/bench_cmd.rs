@@ -54,6 +54,9 @@ struct DecodeAt {
     context: usize,
     ms_per_token: f64,
     tokens_per_s: f64,
+    /// Every repetition's ms/token, in order: their spread is this process's own noise, to set
+    /// against the spread between processes (deploy/bench/slm_decode.sh prints both).
+    runs_ms_per_token: Vec<f64>,
 }
 
 #[derive(Serialize)]
@@ -63,6 +66,8 @@ struct Report {
     threads: usize,
     prefill_tokens: usize,
     prefill_ms: f64,
+    /// Every repetition's prefill time, in order.
+    prefill_runs_ms: Vec<f64>,
     decode: Vec<DecodeAt>,
     /// ms/token at the largest context over ms/token at the smallest.
     context_growth_ratio: f64,
@@ -162,8 +167,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         for _ in 0..args.repeat {
             runs.push(time_decode(&mut lm, &mut cache, &context, args.decode_tokens)?);
         }
-        let ms = median(runs);
-        decode.push(DecodeAt { context: ctx, ms_per_token: ms, tokens_per_s: 1e3 / ms });
+        let ms = median(runs.clone());
+        decode.push(DecodeAt { context: ctx, ms_per_token: ms, tokens_per_s: 1e3 / ms, runs_ms_per_token: runs });
     }
     let first = decode.first().map(|d| d.ms_per_token).unwrap_or(1.0);
     let router = match &args.router {
@@ -177,7 +182,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         precision: lm.manifest().precision.clone(),
         threads,
         prefill_tokens: args.prefill_tokens,
-        prefill_ms: median(prefill),
+        prefill_ms: median(prefill.clone()),
+        prefill_runs_ms: prefill,
         decode,
         context_growth_ratio: last / first,
         peak_rss_mib: peak_rss_mib(),
