@@ -19,6 +19,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::eval_report::ItemRecord;
+use crate::rate_choice::{choose, RateChoice};
 
 /// The policy drawn against the router: the SLM's own top probability.
 const BASELINE: &str = "confidence";
@@ -79,6 +80,9 @@ pub struct Curves {
     pub points: Vec<CurvePoint>,
     /// The router's lead over confidence at each rate both were run at.
     pub leads: Vec<Lead>,
+    /// The rate the router's curve supports against random routing
+    /// ([`crate::rate_choice`]).
+    pub rate_choice: Option<RateChoice>,
 }
 
 impl Curves {
@@ -176,6 +180,7 @@ pub fn curves(records: &[ItemRecord], resamples: usize, seed: u64) -> Option<Cur
             Some(Lead { target_rate: rate, lead: lead.is_finite().then_some(lead)?, interval: interval(draws)? })
         })
         .collect();
+    let rate_choice = choose(&points, CHALLENGER);
     Some(Curves {
         items: n,
         slm: totals[slm] / n as f64,
@@ -183,6 +188,7 @@ pub fn curves(records: &[ItemRecord], resamples: usize, seed: u64) -> Option<Cur
         llm_minus_slm: ((totals[llm] - totals[slm]) / n as f64, interval(&mut llm_minus_slm)?),
         points,
         leads,
+        rate_choice,
     })
 }
 

@@ -11,6 +11,7 @@ use clap::Args;
 use plotters::prelude::*;
 
 use crate::curves::{curves, Curves, Interval};
+use crate::rate_choice::RateChoice;
 use crate::eval_report::ItemRecord;
 
 /// Paired bootstrap draws per figure.
@@ -62,7 +63,9 @@ pub fn read_items(path: &Path) -> anyhow::Result<Vec<ItemRecord>> {
 /// without SLM-only and LLM-only runs.
 pub fn write(dir: &Path, records: &[ItemRecord], title: &str) -> anyhow::Result<Option<Curves>> {
     let Some(c) = curves(records, RESAMPLES, SEED) else { return Ok(None) };
-    std::fs::write(dir.join("curves.json"), serde_json::to_string_pretty(&c)?)?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let json = dir.join("curves.json");
+    std::fs::write(&json, serde_json::to_string_pretty(&c)?).with_context(|| format!("writing {}", json.display()))?;
     plot(&dir.join("curves.svg"), &c, title).context("drawing curves.svg")?;
     Ok(Some(c))
 }
@@ -114,7 +117,18 @@ pub fn table(c: &Curves) -> String {
             None => out.push_str(" - |\n"),
         }
     }
+    if let Some(r) = &c.rate_choice {
+        out.push_str(&rate_line(r));
+    }
     out
+}
+
+/// The rate the router's curve supports, with the slopes it was read from (gap points per
+/// point of tokens escalated).
+fn rate_line(r: &RateChoice) -> String {
+    let slopes: Vec<String> = r.segments.iter().map(|s| format!("to {:.0} %: {:.1}", 100.0 * s.to_rate, s.gain_per_share)).collect();
+    let rate = r.rate.map_or_else(|| "none (no steeper than random from the first point)".to_string(), pct);
+    format!("\nRate the router's curve supports: {rate} (gap recovered per share escalated, {}; random's average {:.1})\n", slopes.join(", "), r.random_gain_per_share)
 }
 
 fn color(policy: &str) -> RGBColor {
@@ -171,7 +185,7 @@ mod tests {
         let records: Vec<ItemRecord> = (0..50)
             .map(|i| {
                 let run = |run: &str, correct: bool, escalated: usize| RunOutcome { run: run.into(), answer: None, correct, tokens: 10, escalated, text: String::new() };
-                let runs = vec![run("slm-only", i < 10, 0), run("llm-only", i < 40, 10), run("router@0.050", i < 35, 1), run("confidence@0.050", i < 20, 1), run("router@0.020", i < 20, 0)];
+                let runs = vec![run("slm-only", i < 10, 0), run("llm-only", i < 40, 10), run("router@0.050", i < 35, 1), run("confidence@0.050", i < 20, 1), run("router@0.020", i < 20, 1), run("random@0.050", i < 12, 1)];
                 ItemRecord { id: i.to_string(), answer_key: "A".into(), runs }
             })
             .collect();
@@ -183,5 +197,6 @@ mod tests {
         assert!(t.contains("| 2 % |") && t.contains("| 5 % |"), "{t}");
         assert!(t.contains("+50 points"), "{t}");
         assert!(t.contains("measurable"), "{t}");
+        assert!(t.contains("Rate the router's curve supports"), "{t}");
     }
 }

@@ -17,6 +17,7 @@ mod eval_item;
 mod eval_report;
 mod labels_cmd;
 mod labels_file;
+mod rate_choice;
 mod served_check;
 mod served_tokens;
 mod tasks;
