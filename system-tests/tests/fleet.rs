@@ -23,7 +23,7 @@ use cloud_gateway::fleet::store::{self, BUNDLES_DIR, ROLLOUT_FILE};
 use cloud_gateway::Gateway;
 use common::fleet::{bucket, Bundle, BundleManifest, BundleRef, DeviceSettings, SigningKey, VerifyingKey};
 use common::protocol::{ContextSync, Frame, WireSampling};
-use edge_node::routing::bundles::{self, ActiveBundle, AgentConfig, DeviceCounters, DeviceTarget};
+use edge_node::fleet::{self as agent, ActiveBundle, AgentConfig, DeviceCounters, DeviceTarget};
 use edge_node::link::{Link, LinkConfig};
 use edge_node::routing::router_file::{feature_width, Calibration, MlpRouterModel, MlpWeights, RouterMeta, FEATURE_SPEC, FORMAT_VERSION};
 use replicas::HashBackend;
@@ -101,9 +101,9 @@ impl World {
         .unwrap();
         let target = DeviceTarget { slm_id: SLM_ID.into(), tokenizer_fingerprint: fingerprint(), hidden_size: HIDDEN };
         let dir = self.dir.path().join("devices").join(id);
-        let initial = bundles::load_last_good(&dir, Some(&self.public), &target);
+        let initial = agent::load_last_good(&dir, Some(&self.public), &target);
         let config = AgentConfig { key: Some(self.public), dir, poll, target };
-        let running = bundles::spawn(link.clone(), config, initial, Arc::new(DeviceCounters::default()));
+        let running = agent::spawn(link.clone(), config, initial, Arc::new(DeviceCounters::default()));
         Device { link, running }
     }
 }

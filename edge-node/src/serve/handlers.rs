@@ -19,7 +19,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use common::sampling::{SamplingError, SamplingParams};
-use edge_node::routing::bundles::RoutingAsk;
+use edge_node::fleet::RoutingAsk;
 use model_runtime::chat::render_turns;
 use model_runtime::{fit_prompt, PromptPolicy};
 use serde_json::Value;

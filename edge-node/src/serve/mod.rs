@@ -38,7 +38,7 @@ use anyhow::Context;
 use clap::Args;
 use common::exchange::LinkHealth;
 use edge_node::args::{build_router_with_calibration, connect_reloading_on_sighup, deadline_policy, rate_controller, CloudArgs, ModelArgs};
-use edge_node::routing::bundles::{self, AgentConfig, BundleArgs, DeviceCounters, DeviceTarget};
+use edge_node::fleet::{self as agent, AgentConfig, BundleArgs, DeviceCounters, DeviceTarget};
 use edge_node::routing::shipped_router::DEFAULT_ESCALATION_RATE;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use tokio::sync::mpsc;
@@ -121,7 +121,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // disk from the first generation, a newer one as soon as the agent accepts it.
     let bundle_key = args.bundles.key()?;
     let target = DeviceTarget { slm_id: model_id.clone(), tokenizer_fingerprint: tok.fingerprint().to_string(), hidden_size: lm.manifest().hidden_size };
-    let initial_bundle = bundles::load_last_good(&args.bundles.dir(), bundle_key.as_ref(), &target);
+    let initial_bundle = agent::load_last_good(&args.bundles.dir(), bundle_key.as_ref(), &target);
     let max_context = lm.max_context();
     let cache = lm.new_cache(None)?;
     let tok = Arc::new(tok);
@@ -146,7 +146,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         let counters = Arc::new(DeviceCounters::default());
         let updates = link.clone().map(|link| {
             let config = AgentConfig { key: bundle_key, dir: args.bundles.dir(), poll: Duration::from_millis(args.bundles.bundle_poll_ms), target };
-            bundles::spawn(link, config, initial_bundle.clone(), counters.clone())
+            agent::spawn(link, config, initial_bundle.clone(), counters.clone())
         });
         let bundles = worker::Bundles {
             updates,

@@ -25,7 +25,7 @@ use edge_node::args::RateControlMode;
 use edge_node::decode::{decode, DecodeParams, DecodeStats, DraftMode, Emitted, FinishReason, NoCloud, OnnxSlm, RateControl, TokenSource};
 use edge_node::link::{next_session_id, Link};
 use edge_node::link::link_cloud::LinkCloud;
-use edge_node::routing::bundles::{bundle_routing, ActiveBundle, DeviceCounters, RoutingAsk};
+use edge_node::fleet::{bundle_routing, ActiveBundle, DeviceCounters, RoutingAsk};
 use edge_node::routing::router::{MlpRouter, Router};
 
 /// How one request is routed.

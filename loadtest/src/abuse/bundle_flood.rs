@@ -9,7 +9,7 @@
 //! The device (from the probe's address, saying it runs that router's SLM) reports, is offered
 //! the bundle and fetches it chunk by chunk with the device's own download rule
 //! ([`common::fleet::Download`]), then checks it as the device does (signature, SLM,
-//! tokenizer, router: [`edge_node::routing::bundles::accept`]): once on the idle gateway (the
+//! tokenizer, router: [`edge_node::fleet::accept`]): once on the idle gateway (the
 //! baseline), then three times during the flood (the overload's 200 sessions, 30 ms think
 //! time), one after another, beside the probe's escalations.
 
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use common::fleet::{Download, Progress, VerifyingKey};
 use common::protocol::Frame;
-use edge_node::routing::bundles::{accept, DeviceTarget};
+use edge_node::fleet::{accept, DeviceTarget};
 use model_runtime::model_files::ModelFiles;
 use serde::Serialize;
 use serde_json::json;

@@ -1,8 +1,9 @@
-//! Router bundles on the device: the last good one kept on disk, the agent that reports to the
-//! gateway and fetches what the rollout offers, and how a bundle's settings become a
-//! generation's routing (docs/ARCHITECTURE.md, "Fleet rollout").
+//! The device's side of the fleet rollout: the last good router bundle kept on disk, the agent
+//! that reports to the gateway and fetches what the rollout offers, and how a bundle's settings
+//! become a generation's routing (docs/ARCHITECTURE.md, "Fleet rollout").
 //!
-//! The agent runs beside the link. Right after each welcome (v4 gateways only) and every
+//! Why above both [`crate::link`] and [`crate::routing`]: the agent rides the link and hands
+//! routing a new router, so it uses both and neither uses it. The agent runs beside the link. Right after each welcome (v4 gateways only) and every
 //! `--bundle-poll-ms` it sends `BundleReport` (the bundle it runs, its escalation and fallback
 //! counts) and gets the `BundleOffer` its rollout gives it; a bundle it neither runs nor
 //! refused is fetched chunk by chunk on request streams, checked (size, digest, signature
@@ -25,7 +26,7 @@ use tokio::sync::watch;
 
 use crate::routing::rate::RateControl;
 use crate::link::{Link, LinkState};
-use super::router_file::{Calibration, MlpRouterModel};
+use crate::routing::router_file::{Calibration, MlpRouterModel};
 
 /// The file under `--bundle-dir` holding the last good bundle.
 pub const CURRENT_FILE: &str = "current.bundle";
