@@ -19,12 +19,14 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::eval_report::ItemRecord;
-use crate::rate_choice::{choose, RateChoice};
+use crate::rate_choice::{choose, OperatingPoint, RateChoice};
 
 /// The policy drawn against the router: the SLM's own top probability.
 const BASELINE: &str = "confidence";
 /// The policy whose lead is measured.
 const CHALLENGER: &str = "router";
+/// The policy whose slope is the floor of the rate a curve supports.
+const RANDOM: &str = "random";
 
 /// A 95 % interval (2.5th and 97.5th percentiles of the resamples).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -180,7 +182,10 @@ pub fn curves(records: &[ItemRecord], resamples: usize, seed: u64) -> Option<Cur
             Some(Lead { target_rate: rate, lead: lead.is_finite().then_some(lead)?, interval: interval(draws)? })
         })
         .collect();
-    let rate_choice = choose(&points, CHALLENGER);
+    let operating = |policy: &str| -> Vec<OperatingPoint> {
+        points.iter().filter(|p| p.policy == policy).filter_map(|p| Some(OperatingPoint { target_rate: p.target_rate, share: p.share, gap: p.gap? })).collect()
+    };
+    let rate_choice = choose(&operating(CHALLENGER), &operating(RANDOM));
     Some(Curves {
         items: n,
         slm: totals[slm] / n as f64,
