@@ -13,21 +13,9 @@
 
 use ort::value::Tensor;
 
-use super::causal_lm::{ort_err, CausalLm, KvCache, StepOutput};
+use super::causal_lm::{ort_err, CausalLm, StepOutput};
+use crate::kv::{BatchWorkspace, KvCache};
 use super::RuntimeError;
-
-/// A reusable `[rows, kv_heads, capacity, head]` KV workspace bound in place.
-pub(crate) struct BatchWorkspace {
-    pub(crate) rows: usize,
-    pub(crate) capacity: usize,
-    pub(crate) binding: ort::session::IoBinding,
-    /// Per layer: (key, value) base pointers into ORT-owned memory kept alive by `binding`.
-    pub(crate) layers: super::causal_lm::KvPointers,
-}
-
-// SAFETY: the pointers address buffers owned by `binding`'s held values, which move with it;
-// the workspace is used by one thread at a time (`&mut`).
-unsafe impl Send for BatchWorkspace {}
 
 impl CausalLm {
     fn workspace(&mut self, rows: usize, need: usize) -> Result<&mut BatchWorkspace, RuntimeError> {

@@ -12,11 +12,13 @@ pub mod chat;
 pub mod detokenize;
 pub mod env;
 pub mod huge_pages;
+mod kv;
 pub mod model_files;
 mod prompt;
 pub mod tokenizer;
 
-pub use causal_lm::{CausalLm, KvCache, LmOptions, StepOutput};
+pub use causal_lm::{CausalLm, LmOptions, StepOutput};
+pub use kv::KvCache;
 pub use prompt::{fit_prompt, PromptPolicy};
 
 use common::sampling::SamplingError;
