@@ -181,27 +181,15 @@ pub fn run(argv: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use edge_node::routing::router_file::{feature_width, Calibration, MlpRouterModel, MlpWeights, RouterMeta, FEATURE_SPEC, FORMAT_VERSION};
+    use edge_node::routing::router_file::{Calibration, MlpRouterModel};
 
     use super::*;
     use crate::fleet::store::{load_snapshot, read_rollout_bytes, PUBLIC_KEY_FILE, SIGNING_KEY_FILE};
 
     /// A router file for `slm` (hidden size 8) written to `path`.
     pub(crate) fn write_router(path: &Path, slm: &str, fp: &str) {
-        let (i, h) = (feature_width(8), 4);
-        let meta = RouterMeta {
-            format: FORMAT_VERSION,
-            slm_id: slm.into(),
-            tokenizer_fingerprint: fp.into(),
-            feature_spec: FEATURE_SPEC.into(),
-            feature_width: i,
-            mlp_hidden: h,
-            calibration: Calibration::from_confidences(&[0.1, 0.2, 0.3, 0.9], &[0.25, 0.5]),
-            confidence_calibration: Calibration::default(),
-            training: serde_json::json!({}),
-        };
-        let weights = MlpWeights { mean: vec![0.0; i], std: vec![1.0; i], w1: vec![0.01; i * h], b1: vec![0.0; h], w2: vec![0.5; h], b2: 0.0 };
-        MlpRouterModel::new(meta, weights).unwrap().save(path).unwrap();
+        let calibration = Calibration::from_confidences(&[0.1, 0.2, 0.3, 0.9], &[0.25, 0.5]);
+        MlpRouterModel::constant(slm, fp, 8, 4, calibration).unwrap().save(path).unwrap();
     }
 
     /// `cloud-gateway ARGS...` for the two admin commands, dispatched as `main` does.

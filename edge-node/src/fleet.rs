@@ -284,23 +284,9 @@ mod tests {
     }
 
     fn router_bytes(slm: &str, fp: &str, hidden_size: usize) -> Vec<u8> {
-        use crate::routing::router_file::{feature_width, MlpWeights, RouterMeta, FEATURE_SPEC, FORMAT_VERSION};
-        let (i, h) = (feature_width(hidden_size), 4);
-        let meta = RouterMeta {
-            format: FORMAT_VERSION,
-            slm_id: slm.into(),
-            tokenizer_fingerprint: fp.into(),
-            feature_spec: FEATURE_SPEC.into(),
-            feature_width: i,
-            mlp_hidden: h,
-            calibration: calibration(),
-            confidence_calibration: Calibration::default(),
-            training: serde_json::json!({}),
-        };
-        let weights = MlpWeights { mean: vec![0.0; i], std: vec![1.0; i], w1: vec![0.01; i * h], b1: vec![0.0; h], w2: vec![0.5; h], b2: 0.0 };
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.safetensors");
-        MlpRouterModel::new(meta, weights).unwrap().save(&path).unwrap();
+        MlpRouterModel::constant(slm, fp, hidden_size, 4, calibration()).unwrap().save(&path).unwrap();
         std::fs::read(path).unwrap()
     }
 

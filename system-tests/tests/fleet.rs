@@ -25,7 +25,7 @@ use common::fleet::{bucket, Bundle, BundleManifest, BundleRef, DeviceSettings, S
 use common::protocol::{ContextSync, Frame, WireSampling};
 use edge_node::fleet::{self as agent, ActiveBundle, AgentConfig, DeviceCounters, DeviceTarget};
 use edge_node::link::{Link, LinkConfig};
-use edge_node::routing::router_file::{feature_width, Calibration, MlpRouterModel, MlpWeights, RouterMeta, FEATURE_SPEC, FORMAT_VERSION};
+use edge_node::routing::router_file::{Calibration, MlpRouterModel};
 use replicas::HashBackend;
 use support::*;
 use tokio::sync::watch;
@@ -110,23 +110,11 @@ impl World {
 
 /// A router file (safetensors) for `slm` and `fp`, as `router-lab train` writes one.
 fn router_file(slm: &str, fp: &str, dir: &Path) -> Vec<u8> {
-    // A hidden layer wide enough that the bundle takes several chunks.
-    let (i, h) = (feature_width(HIDDEN), 2048);
     let grid: Vec<f32> = (0..100).map(|k| k as f32 / 100.0).collect();
-    let meta = RouterMeta {
-        format: FORMAT_VERSION,
-        slm_id: slm.into(),
-        tokenizer_fingerprint: fp.into(),
-        feature_spec: FEATURE_SPEC.into(),
-        feature_width: i,
-        mlp_hidden: h,
-        calibration: Calibration::from_confidences(&grid, &Calibration::default_rates()),
-        confidence_calibration: Calibration::default(),
-        training: serde_json::json!({}),
-    };
-    let weights = MlpWeights { mean: vec![0.0; i], std: vec![1.0; i], w1: vec![0.01; i * h], b1: vec![0.0; h], w2: vec![0.5; h], b2: 0.0 };
+    let calibration = Calibration::from_confidences(&grid, &Calibration::default_rates());
     let path = dir.join("router.safetensors");
-    MlpRouterModel::new(meta, weights).unwrap().save(&path).unwrap();
+    // A hidden layer wide enough that the bundle takes several chunks.
+    MlpRouterModel::constant(slm, fp, HIDDEN, 2048, calibration).unwrap().save(&path).unwrap();
     std::fs::read(path).unwrap()
 }
 

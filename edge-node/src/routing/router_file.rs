@@ -203,6 +203,26 @@ fn f32_tensor<'a>(st: &'a SafeTensors<'a>, name: &str, len: usize, path: &Path) 
 }
 
 impl MlpRouterModel {
+    /// A router of the right shape and header for `slm_id` (its tokenizer `fingerprint`, hidden
+    /// size `hidden_size`) whose constant weights score every token alike, with `calibration`:
+    /// for tests and tools where a file's shape, header and checks matter, not what it learned.
+    pub fn constant(slm_id: &str, fingerprint: &str, hidden_size: usize, mlp_hidden: usize, calibration: Calibration) -> Result<Self, RouterFileError> {
+        let (i, h) = (feature_width(hidden_size), mlp_hidden);
+        let meta = RouterMeta {
+            format: FORMAT_VERSION,
+            slm_id: slm_id.into(),
+            tokenizer_fingerprint: fingerprint.into(),
+            feature_spec: FEATURE_SPEC.into(),
+            feature_width: i,
+            mlp_hidden: h,
+            calibration,
+            confidence_calibration: Calibration::default(),
+            training: serde_json::json!({}),
+        };
+        let weights = MlpWeights { mean: vec![0.0; i], std: vec![1.0; i], w1: vec![0.01; i * h], b1: vec![0.0; h], w2: vec![0.5; h], b2: 0.0 };
+        Self::new(meta, weights)
+    }
+
     /// Assemble from trained weights (checks shapes).
     pub fn new(meta: RouterMeta, weights: MlpWeights) -> Result<Self, RouterFileError> {
         let (i, h) = (meta.feature_width, meta.mlp_hidden);
