@@ -1,5 +1,5 @@
 //! Curves of the SLM-to-LLM gap recovered against the share of tokens escalated, per policy,
-//! with paired bootstrap intervals, and the trained router's lead over the SLM's own
+//! with paired bootstrap intervals, and each trained router's lead over the SLM's own
 //! confidence at each operating point.
 //!
 //! One operating point says little: with the rate controller holding the share, two policies
@@ -23,7 +23,8 @@ use crate::rate_choice::{choose, OperatingPoint, RateChoice};
 
 /// The policy drawn against the router: the SLM's own top probability.
 const BASELINE: &str = "confidence";
-/// The policy whose lead is measured.
+/// The policy whose curve chooses the supported rate (every policy but the baseline and
+/// random has its lead measured).
 const CHALLENGER: &str = "router";
 /// The policy whose slope is the floor of the rate a curve supports.
 const RANDOM: &str = "random";
@@ -56,12 +57,14 @@ pub struct CurvePoint {
     pub gap_interval: Option<Interval>,
 }
 
-/// The router's lead over confidence routing at one target rate, in shares of the gap.
+/// A router's lead over confidence routing at one target rate, in shares of the gap.
 #[derive(Debug, Clone, Serialize)]
 pub struct Lead {
+    /// The router's policy name (`router`, or a name joined with `router-lab curves --with`).
+    pub policy: String,
     /// The operating point's target share.
     pub target_rate: f64,
-    /// Router's gap recovered minus confidence's.
+    /// The router's gap recovered minus confidence's.
     pub lead: f64,
     /// Its paired bootstrap interval: above 0 means the router is ahead at this item count.
     pub interval: Interval,
@@ -80,7 +83,7 @@ pub struct Curves {
     pub llm_minus_slm: (f64, Interval),
     /// Points of every routed policy, by policy then rate.
     pub points: Vec<CurvePoint>,
-    /// The router's lead over confidence at each rate both were run at.
+    /// Each router's lead over confidence at each rate both were run at, by policy then rate.
     pub leads: Vec<Lead>,
     /// The rate the router's curve supports against random routing
     /// ([`crate::rate_choice`]).
@@ -135,11 +138,12 @@ pub fn curves(records: &[ItemRecord], resamples: usize, seed: u64) -> Option<Cur
     let gap_of = |c: &[f64], i: usize| (c[llm] > c[slm]).then(|| (c[i] - c[slm]) / (c[llm] - c[slm]));
 
     let routed: Vec<(usize, &str, f64)> = names.iter().enumerate().filter_map(|(i, name)| split_run(name).map(|(p, r)| (i, p, r))).collect();
-    let leads_of: Vec<(f64, usize, usize)> = routed
+    let mut leads_of: Vec<(&str, f64, usize, usize)> = routed
         .iter()
-        .filter(|(_, p, _)| *p == CHALLENGER)
-        .filter_map(|&(i, _, rate)| routed.iter().find(|(_, p, r)| *p == BASELINE && (r - rate).abs() < 1e-9).map(|&(j, _, _)| (rate, i, j)))
+        .filter(|(_, p, _)| *p != BASELINE && *p != RANDOM)
+        .filter_map(|&(i, policy, rate)| routed.iter().find(|(_, p, r)| *p == BASELINE && (r - rate).abs() < 1e-9).map(|&(j, _, _)| (policy, rate, i, j)))
         .collect();
+    leads_of.sort_by(|a, b| a.0.cmp(b.0).then(a.1.total_cmp(&b.1)));
 
     // Resample items with every run kept together.
     let mut rng = StdRng::seed_from_u64(seed);
@@ -156,7 +160,7 @@ pub fn curves(records: &[ItemRecord], resamples: usize, seed: u64) -> Option<Cur
         for &(i, _, _) in &routed {
             gaps[i].extend(gap_of(&c, i));
         }
-        for (k, &(_, i, j)) in leads_of.iter().enumerate() {
+        for (k, &(_, _, i, j)) in leads_of.iter().enumerate() {
             lead_draws[k].push((c[i] - c[j]) / (c[llm] - c[slm]));
         }
     }
@@ -177,9 +181,9 @@ pub fn curves(records: &[ItemRecord], resamples: usize, seed: u64) -> Option<Cur
     let leads = leads_of
         .iter()
         .zip(lead_draws.iter_mut())
-        .filter_map(|(&(rate, i, j), draws)| {
+        .filter_map(|(&(policy, rate, i, j), draws)| {
             let lead = (totals[i] - totals[j]) / (totals[llm] - totals[slm]);
-            Some(Lead { target_rate: rate, lead: lead.is_finite().then_some(lead)?, interval: interval(draws)? })
+            Some(Lead { policy: policy.to_string(), target_rate: rate, lead: lead.is_finite().then_some(lead)?, interval: interval(draws)? })
         })
         .collect();
     let operating = |policy: &str| -> Vec<OperatingPoint> {
@@ -236,7 +240,7 @@ mod tests {
         let c = curves(&set(), 2000, 7).unwrap();
         assert_eq!(c.items, 200);
         assert!(c.gap_measurable());
-        let at = |rate: f64| c.leads.iter().find(|l| (l.target_rate - rate).abs() < 1e-9).unwrap();
+        let at = |rate: f64| c.leads.iter().find(|l| l.policy == "router" && (l.target_rate - rate).abs() < 1e-9).unwrap();
         assert!((at(0.05).lead - 0.4).abs() < 1e-9, "{:?}", at(0.05));
         assert!(at(0.05).interval.low > 0.25 && at(0.05).interval.high < 0.55, "{:?}", at(0.05).interval);
         assert_eq!(at(0.1).lead, 0.0);
@@ -262,6 +266,24 @@ mod tests {
         let records: Vec<ItemRecord> = (0..60).map(|i| item(i, &[("slm-only", i < 30, 0), ("llm-only", i < 31, 20), ("router@0.050", i < 31, 1), ("confidence@0.050", i < 30, 1)])).collect();
         let c = curves(&records, 1000, 3).unwrap();
         assert!(!c.gap_measurable(), "{:?}", c.llm_minus_slm);
+    }
+
+    #[test]
+    fn every_router_beside_the_shipped_one_gets_its_own_lead_over_confidence() {
+        let records: Vec<ItemRecord> = set()
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut r)| {
+                r.runs.push(RunOutcome { run: "pooled@0.050".into(), answer: None, correct: i < 130, tokens: 20, escalated: 1, text: String::new() });
+                r
+            })
+            .collect();
+        let c = curves(&records, 500, 1).unwrap();
+        let lead = |policy: &str| c.leads.iter().find(|l| l.policy == policy && (l.target_rate - 0.05).abs() < 1e-9).map(|l| l.lead);
+        assert!((lead("pooled").unwrap() - 0.5).abs() < 1e-9);
+        assert!((lead("router").unwrap() - 0.4).abs() < 1e-9);
+        assert!(lead("random").is_none() && lead("confidence").is_none());
+        assert!(c.leads.iter().all(|l| l.policy == "pooled" || l.policy == "router"));
     }
 
     #[test]

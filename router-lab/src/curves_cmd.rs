@@ -2,6 +2,11 @@
 //! `curves.json`, `curves.svg` (gap recovered against share escalated, one line per policy,
 //! each point with its interval) and a Markdown table. The evaluation writes them too; the
 //! command redraws them from any results, a run still in progress included.
+//!
+//! `--with NAME=DIR` draws another router's runs against the same baselines: the SLM-only,
+//! LLM-only, random and confidence runs do not depend on the router, so a new router is
+//! evaluated with `--policies router` alone and joined here, on the items both hold, as long as
+//! both evaluations ran the same models, task and settings.
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -31,12 +36,64 @@ pub struct CurvesArgs {
     /// Where to write `curves.json` and `curves.svg` [default: beside the items].
     #[arg(long, env = "DUET_CURVES_OUT")]
     pub out: Option<PathBuf>,
+    /// Another evaluation of the same task, models and settings, `NAME=DIR`, whose
+    /// `router@RATE` runs join these as `NAME@RATE` on the items both hold (repeatable).
+    #[arg(long = "with", env = "DUET_CURVES_WITH", value_delimiter = ',', value_parser = parse_with)]
+    pub with: Vec<(String, PathBuf)>,
+}
+
+fn parse_with(s: &str) -> Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((name, dir)) if !name.is_empty() && !dir.is_empty() && !name.contains('@') && !matches!(name, "router" | "confidence" | "random") => {
+            Ok((name.to_string(), PathBuf::from(dir)))
+        }
+        _ => Err(format!("`{s}`: expected NAME=DIR, NAME not router, confidence or random and without '@'")),
+    }
+}
+
+/// The settings two evaluations must share for their runs to be drawn on one figure.
+const SAME_SETTINGS: [&str; 9] = ["mode", "slm", "llm", "task", "data", "max_new_tokens", "answer_rule", "stop_rule", "rate_control"];
+
+/// Join `other`'s `router@RATE` runs into `records` as `name@RATE`, keeping only the items
+/// both hold.
+pub fn join(records: &mut Vec<ItemRecord>, other: Vec<ItemRecord>, name: &str) {
+    let mut theirs: std::collections::HashMap<String, ItemRecord> = other.into_iter().map(|r| (r.id.clone(), r)).collect();
+    records.retain_mut(|rec| {
+        let Some(o) = theirs.remove(&rec.id) else { return false };
+        rec.runs.extend(o.runs.into_iter().filter_map(|mut run| {
+            let rate = run.run.strip_prefix("router@")?.to_string();
+            run.run = format!("{name}@{rate}");
+            Some(run)
+        }));
+        true
+    });
+}
+
+fn config_of(dir: &Path) -> anyhow::Result<serde_json::Value> {
+    let path = dir.join("config.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// Refuse to draw `other` beside `base` unless they ran the same models, task and settings.
+fn check_same_settings(base: &Path, other: &Path) -> anyhow::Result<()> {
+    let (a, b) = (config_of(base)?, config_of(other)?);
+    for key in SAME_SETTINGS {
+        if a.get(key) != b.get(key) {
+            anyhow::bail!("{} and {} differ in `{key}` ({} against {}): their runs cannot share baselines", base.display(), other.display(), a.get(key).unwrap_or(&serde_json::Value::Null), b.get(key).unwrap_or(&serde_json::Value::Null));
+        }
+    }
+    Ok(())
 }
 
 /// Run `router-lab curves`.
 pub fn run(args: CurvesArgs) -> anyhow::Result<()> {
     let path = if args.items.is_dir() { args.items.join("items.jsonl") } else { args.items.clone() };
-    let records = read_items(&path)?;
+    let mut records = read_items(&path)?;
+    for (name, dir) in &args.with {
+        check_same_settings(path.parent().unwrap_or(Path::new(".")), dir)?;
+        join(&mut records, read_items(&dir.join("items.jsonl"))?, name);
+    }
     let out = args.out.clone().or_else(|| path.parent().map(Path::to_path_buf)).unwrap_or_default();
     let title = if args.title.is_empty() { out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default() } else { args.title };
     let c = write(&out, &records, &title)?.context("no curves: the results need slm-only and llm-only runs on the same items")?;
@@ -79,7 +136,7 @@ fn within(i: Option<Interval>) -> String {
 }
 
 /// The curves as a Markdown table: one row per target rate, each policy's share escalated and
-/// gap recovered with its interval, and the router's lead over confidence.
+/// gap recovered with its interval, and each router's lead over confidence.
 pub fn table(c: &Curves) -> String {
     let (d, i) = c.llm_minus_slm;
     let mut out = format!(
@@ -101,8 +158,13 @@ pub fn table(c: &Curves) -> String {
     for p in &policies {
         out.push_str(&format!(" {p}: escalated, gap recovered [95 %] |"));
     }
-    out.push_str(" router - confidence [95 %] |\n|---|");
-    out.push_str(&"---|".repeat(policies.len() + 1));
+    let mut challengers: Vec<&str> = c.leads.iter().map(|l| l.policy.as_str()).collect();
+    challengers.dedup();
+    for p in &challengers {
+        out.push_str(&format!(" {p} - confidence [95 %] |"));
+    }
+    out.push_str("\n|---|");
+    out.push_str(&"---|".repeat(policies.len() + challengers.len()));
     out.push('\n');
     for rate in rates {
         out.push_str(&format!("| {:.0} % |", 100.0 * rate));
@@ -112,10 +174,13 @@ pub fn table(c: &Curves) -> String {
                 None => out.push_str(" - |"),
             }
         }
-        match c.leads.iter().find(|l| l.target_rate == rate) {
-            Some(l) => out.push_str(&format!(" {:+.0} points{} |\n", 100.0 * l.lead, within(Some(l.interval)))),
-            None => out.push_str(" - |\n"),
+        for p in &challengers {
+            match c.leads.iter().find(|l| l.policy == *p && l.target_rate == rate) {
+                Some(l) => out.push_str(&format!(" {:+.0} points{} |", 100.0 * l.lead, within(Some(l.interval)))),
+                None => out.push_str(" - |"),
+            }
         }
+        out.push('\n');
     }
     if let Some(r) = &c.rate_choice {
         out.push_str(&rate_line(r));
@@ -134,6 +199,7 @@ fn rate_line(r: &RateChoice) -> String {
 fn color(policy: &str) -> RGBColor {
     match policy {
         "router" => RGBColor(200, 30, 30),
+        "pooled" => RGBColor(30, 150, 60),
         "confidence" => RGBColor(30, 90, 200),
         "random" => RGBColor(120, 120, 120),
         _ => RGBColor(200, 120, 0),
@@ -198,5 +264,37 @@ mod tests {
         assert!(t.contains("+50 points"), "{t}");
         assert!(t.contains("measurable"), "{t}");
         assert!(t.contains("Rate the router's curve supports"), "{t}");
+    }
+
+    #[test]
+    fn another_evaluations_router_runs_join_under_their_name_on_the_items_both_hold() {
+        let run = |run: &str, correct: bool| RunOutcome { run: run.into(), answer: None, correct, tokens: 10, escalated: 1, text: String::new() };
+        let rec = |id: &str, runs: Vec<RunOutcome>| ItemRecord { id: id.into(), answer_key: "A".into(), runs };
+        let mut base = vec![rec("1", vec![run("slm-only", false), run("router@0.050", false)]), rec("2", vec![run("slm-only", true)])];
+        let other = vec![rec("1", vec![run("router@0.050", true), run("slm-only", true)]), rec("3", vec![run("router@0.050", true)])];
+        join(&mut base, other, "pooled");
+        assert_eq!(base.len(), 1, "only the item both hold");
+        let names: Vec<&str> = base[0].runs.iter().map(|r| r.run.as_str()).collect();
+        assert_eq!(names, ["slm-only", "router@0.050", "pooled@0.050"], "its baselines are not taken, only its router");
+        assert!(base[0].runs[2].correct);
+    }
+
+    #[test]
+    fn a_joined_name_must_not_pass_for_a_policy_of_the_base_run() {
+        assert_eq!(parse_with("pooled=/tmp/x").unwrap(), ("pooled".to_string(), PathBuf::from("/tmp/x")));
+        for bad in ["router=/tmp/x", "confidence=/tmp/x", "a@b=/tmp/x", "pooled", "=/tmp/x", "pooled="] {
+            assert!(parse_with(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn evaluations_of_other_settings_are_refused_by_the_setting_that_differs() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        std::fs::write(a.path().join("config.json"), r#"{"slm": "s", "llm": "l", "task": "cqa", "max_new_tokens": 96, "router": "r1"}"#).unwrap();
+        std::fs::write(b.path().join("config.json"), r#"{"slm": "s", "llm": "l", "task": "cqa", "max_new_tokens": 96, "router": "r2"}"#).unwrap();
+        check_same_settings(a.path(), b.path()).unwrap();
+        std::fs::write(b.path().join("config.json"), r#"{"slm": "s", "llm": "l", "task": "cqa", "max_new_tokens": 64, "router": "r2"}"#).unwrap();
+        let e = check_same_settings(a.path(), b.path()).unwrap_err().to_string();
+        assert!(e.contains("max_new_tokens"), "{e}");
     }
 }

@@ -7,6 +7,7 @@
 
 mod check_served_cmd;
 mod compare_cmd;
+mod calibration;
 mod cqa;
 mod cqa_args;
 mod curves;
@@ -17,6 +18,7 @@ mod eval_item;
 mod eval_report;
 mod labels_cmd;
 mod labels_file;
+mod pool_cmd;
 mod rate_choice;
 mod served_check;
 mod served_tokens;
@@ -44,6 +46,9 @@ enum Command {
     Labels(Box<labels_cmd::LabelsArgs>),
     /// Train the router MLP on labels files and calibrate tau to escalation rates.
     Train(Box<train_cmd::TrainArgs>),
+    /// Pool a trained router's score with the SLM's own top probability (in log-odds, a weight
+    /// on each) and recalibrate tau: a router that leans on the SLM's confidence, not retrained.
+    Pool(Box<pool_cmd::PoolArgs>),
     /// Evaluate routing policies on a task (CommonsenseQA by default; `--task humaneval`,
     /// `bigbench:NAME`): accuracy vs share of tokens escalated.
     #[command(alias = "eval")]
@@ -71,6 +76,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Labels(args) => labels_cmd::run(*args),
         Command::Train(args) => train_cmd::run(*args),
+        Command::Pool(args) => pool_cmd::run(*args),
         Command::EvalCqa(args) => eval_cmd::run(*args),
         Command::CompareTeachers(args) => compare_cmd::run(*args),
         Command::CheckServed(args) => check_served_cmd::run(*args),

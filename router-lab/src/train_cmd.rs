@@ -17,6 +17,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
+use crate::calibration::{self, CalibrationArgs};
 use crate::labels_cmd::default_labels_path;
 use crate::labels_file::{LabelledItem, LabelsFile};
 
@@ -56,21 +57,8 @@ pub struct TrainArgs {
     /// Percentage of items held out for model selection and tau calibration.
     #[arg(long, env = "DUET_HOLDOUT_PCT", default_value_t = 20, value_parser = clap::value_parser!(u8).range(5..=50))]
     pub holdout_pct: u8,
-    /// Calibrate tau on the SLM's own greedy answers to this many training prompts (the last
-    /// items of --calibration-data, skipping any that were labelled), i.e. on the token
-    /// distribution the router meets at run time; 0 calibrates on the held-out teacher-forced
-    /// positions instead.
-    #[arg(long, env = "DUET_CALIBRATION_ITEMS", default_value_t = 200)]
-    pub calibration_items: usize,
-    /// Prompts for on-policy calibration (CommonsenseQA).
-    #[arg(long, env = "DUET_CALIBRATION_DATA", default_value = "deploy/data/commonsense_qa/train_router.jsonl")]
-    pub calibration_data: PathBuf,
-    /// Tasks whose prompts calibrate tau, `--calibration-items` shared equally among them, the
-    /// last items of each not used for labels (`cqa` = `--calibration-data`); training tasks
-    /// only (see `router-lab labels --task`). A router for mixed traffic is calibrated on the
-    /// mix, so that a rate means the same share on each.
-    #[arg(long, env = "DUET_CALIBRATION_TASKS", value_delimiter = ',', default_value = "cqa")]
-    pub calibration_tasks: Vec<crate::tasks::TaskSpec>,
+    #[command(flatten)]
+    pub calibration: CalibrationArgs,
     /// Seed for initialisation and shuffling.
     #[arg(long, env = "DUET_SEED", default_value_t = 7)]
     pub seed: u64,
@@ -549,14 +537,14 @@ fn calibrate(args: &TrainArgs, labels: &Labels, data: &Dataset, report: &Trainin
         calibration: Calibration::default(),
         confidence_calibration: Calibration::from_confidences(&all.top_prob, &Calibration::default_rates()),
         training: serde_json::to_value(report)?,
+        pooling: None,
     };
     let mut model = MlpRouterModel::new(meta.clone(), weights)?;
-    let (confidences, top_probs, source) = if args.calibration_items > 0 {
+    let (confidences, top_probs, source) = if args.calibration.calibration_items > 0 {
         let labelled: std::collections::HashSet<&str> = labels.items.iter().map(|(_, i)| i.id.as_str()).collect();
-        let chosen = calibration_prompts(args, &labelled)?;
-        let (c, t) = on_policy_scores(&h.slm_id, &chosen, &mut model)?;
-        let names: Vec<String> = args.calibration_tasks.iter().map(|t| t.name()).collect();
-        (c, t, format!("SLM greedy answers to {} training prompts not used for labels ({}; {})", chosen.len(), names.join(", "), args.calibration_data.display()))
+        let chosen = calibration::prompts(&args.calibration, &labelled)?;
+        let (c, t) = calibration::on_policy_scores(&h.slm_id, &chosen, &mut model)?;
+        (c, t, format!("{} not used for labels", args.calibration.describe(chosen.len())))
     } else {
         let c = all.x.chunks_exact(width).map(|f| model.confidence(&f[..width - 2], f[width - 2], f[width - 1])).collect();
         (c, all.top_prob.clone(), "teacher-forced held-out positions".to_string())
@@ -586,58 +574,8 @@ fn probe_meta(h: &crate::labels_file::LabelsHeader, width: usize, hidden: usize)
         calibration: Calibration::default(),
         confidence_calibration: Calibration::default(),
         training: serde_json::Value::Null,
+        pooling: None,
     }
-}
-
-/// The calibration prompts: `--calibration-items` shared equally among `--calibration-tasks`,
-/// each task's last items first, none whose positions were labelled.
-fn calibration_prompts(args: &TrainArgs, skip: &std::collections::HashSet<&str>) -> anyhow::Result<Vec<crate::tasks::TaskItem>> {
-    let roots = crate::tasks::default_roots(&model_runtime::model_files::duet_home(), args.calibration_data.clone());
-    let per_task = args.calibration_items.div_ceil(args.calibration_tasks.len().max(1));
-    let mut chosen = Vec::new();
-    for task in &args.calibration_tasks {
-        crate::tasks::trainable(task)?;
-        let items = crate::tasks::load(task, &roots, None)?;
-        chosen.extend(items.into_iter().rev().filter(|i| !skip.contains(i.id.as_str())).take(per_task));
-    }
-    Ok(chosen)
-}
-
-/// The trained router's confidence and the SLM's top probability at every position of the
-/// SLM's own greedy answers to `chosen` (each to its task's stop rule).
-fn on_policy_scores(slm_id: &str, chosen: &[crate::tasks::TaskItem], model: &mut MlpRouterModel) -> anyhow::Result<(Vec<f32>, Vec<f32>)> {
-    use edge_node::decode::{decode, DecodeParams, NoCloud, OnnxSlm};
-    use model_runtime::{CausalLm, LmOptions};
-    let files = model_runtime::model_files::ModelFiles::locate(slm_id)?;
-    let tok = model_runtime::tokenizer::Tokenizer::load(&files.tokenizer, Some(&files.manifest.tokenizer_fingerprint))?;
-    let mut lm = CausalLm::load(files, &LmOptions { threads: 0, max_context: 1024, ..LmOptions::default() })?;
-    let mut cache = lm.new_cache(Some(1024))?;
-    let mut slm = OnnxSlm::new(&mut lm, &mut cache, common::sampling::SamplingParams::default())?;
-    let rt = tokio::runtime::Builder::new_current_thread().build()?;
-    let (mut conf, mut top) = (Vec::new(), Vec::new());
-    let bar = crate::cqa_args::progress(chosen.len() as u64, "calibrate");
-    // The SLM's own greedy answers through the device's decode loop (no cloud): the router
-    // and the confidence baseline are scored at every position the device would score.
-    for item in chosen {
-        let code = matches!(item.scoring, crate::tasks::Scoring::Untested | crate::tasks::Scoring::Code(_));
-        let params = DecodeParams { max_new_tokens: if code { 256 } else { 96 }, tau: 0.0, rate_control: None };
-        let prompt = tok.encode(&model_runtime::chat::render_user(&item.user))?;
-        let mut generated = Vec::new();
-        rt.block_on(decode(&mut slm, &mut edge_node::routing::router::ConfidenceRouter, &mut NoCloud, &prompt, params, |e| {
-            if let Some(p) = e.proposal {
-                conf.push(model.confidence(p.hidden, p.stats.top_prob, p.stats.entropy));
-                top.push(p.stats.top_prob);
-            }
-            generated.push(e.token);
-            match tok.decode(&generated) {
-                Ok(text) if item.done(&text) => std::ops::ControlFlow::Break(()),
-                _ => std::ops::ControlFlow::Continue(()),
-            }
-        }))?;
-        bar.inc(1);
-    }
-    bar.finish();
-    Ok((conf, top))
 }
 
 #[cfg(test)]

@@ -136,6 +136,7 @@ fn router_for_another_slm_is_refused() {
         calibration: Default::default(),
         confidence_calibration: Default::default(),
         training: serde_json::Value::Null,
+        pooling: None,
     };
     let w = edge_node::routing::router_file::MlpWeights { mean: vec![0.0; 898], std: vec![1.0; 898], w1: vec![0.0; 1796], b1: vec![0.0; 2], w2: vec![0.0; 2], b2: 0.0 };
     edge_node::routing::router_file::MlpRouterModel::new(meta, w).unwrap().save(&path).unwrap();

@@ -14,6 +14,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use common::router_header::RouterHeader;
+
+use super::pooled::ConfidencePooling;
 use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
 use serde::{Deserialize, Serialize};
@@ -144,10 +146,23 @@ pub struct RouterMeta {
     pub confidence_calibration: Calibration,
     /// How it was trained and how it scored on held-out data (free-form, for reports).
     pub training: serde_json::Value,
+    /// When set, the file's confidence is the MLP's pooled with the SLM's top probability
+    /// ([`ConfidencePooling`]), and `calibration` is that pooled score's table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pooling: Option<ConfidencePooling>,
 }
 
-/// The current file format.
-pub const FORMAT_VERSION: u32 = 1;
+impl RouterMeta {
+    /// The oldest format that reads this file: a pooled score needs [`FORMAT_VERSION`] 2, so
+    /// a build that would ignore the pooling (and misread the calibration) refuses the file.
+    pub fn format_needed(&self) -> u32 {
+        if self.pooling.is_some() { 2 } else { 1 }
+    }
+}
+
+/// The newest file format this build reads (and writes, for a pooled router; a plain one is
+/// written as format 1, which every build reads).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Feature width for an SLM of `hidden_size`.
 pub fn feature_width(hidden_size: usize) -> usize {
@@ -218,15 +233,21 @@ impl MlpRouterModel {
             calibration,
             confidence_calibration: Calibration::default(),
             training: serde_json::json!({}),
+            pooling: None,
         };
         let weights = MlpWeights { mean: vec![0.0; i], std: vec![1.0; i], w1: vec![0.01; i * h], b1: vec![0.0; h], w2: vec![0.5; h], b2: 0.0 };
         Self::new(meta, weights)
     }
 
-    /// Assemble from trained weights (checks shapes).
-    pub fn new(meta: RouterMeta, weights: MlpWeights) -> Result<Self, RouterFileError> {
+    /// Assemble from trained weights (checks shapes and the pooling weight; sets `format` to
+    /// [`RouterMeta::format_needed`]).
+    pub fn new(mut meta: RouterMeta, weights: MlpWeights) -> Result<Self, RouterFileError> {
         let (i, h) = (meta.feature_width, meta.mlp_hidden);
         let bad = |m: &str| RouterFileError::Format { path: PathBuf::from("<memory>"), message: m.to_string() };
+        if meta.pooling.is_some_and(|p| !p.is_valid()) {
+            return Err(bad("pooling router_weight must lie in [0, 1]"));
+        }
+        meta.format = meta.format_needed();
         if weights.mean.len() != i || weights.std.len() != i || weights.w1.len() != i * h || weights.b1.len() != h || weights.w2.len() != h {
             return Err(bad("weight shapes do not match feature_width and mlp_hidden"));
         }
@@ -246,8 +267,8 @@ impl MlpRouterModel {
         let fmt = |message: String| RouterFileError::Format { path: path.to_path_buf(), message };
         let header = RouterHeader::from_bytes(bytes).map_err(|e| fmt(e.to_string()))?;
         let meta: RouterMeta = serde_json::from_str(&header.meta_json).map_err(|e| fmt(format!("metadata: {e}")))?;
-        if meta.format != FORMAT_VERSION {
-            return Err(fmt(format!("format version {} (this build reads {FORMAT_VERSION})", meta.format)));
+        if !(1..=FORMAT_VERSION).contains(&meta.format) || meta.format < meta.format_needed() {
+            return Err(fmt(format!("format version {} (this build reads 1 to {FORMAT_VERSION}; pooling needs 2)", meta.format)));
         }
         let st = SafeTensors::deserialize(bytes).map_err(|e| fmt(e.to_string()))?;
         let (i, h) = (meta.feature_width, meta.mlp_hidden);
@@ -265,7 +286,10 @@ impl MlpRouterModel {
         if weights.w1.iter().chain(&weights.w2).chain(&weights.mean).chain(&weights.std).any(|v| !v.is_finite()) {
             return Err(fmt("non-finite weights".into()));
         }
-        Self::new(meta, weights).map_err(|_| fmt("weight shapes do not match the metadata".into()))
+        Self::new(meta, weights).map_err(|e| fmt(match e {
+            RouterFileError::Format { message, .. } => message,
+            other => other.to_string(),
+        }))
     }
 
     /// Write this router to `path` (atomically: a temporary file renamed into place).
@@ -324,8 +348,17 @@ impl MlpRouterModel {
     }
 
     /// Confidence that the SLM's token is good enough (1 = keep it), from one position's
-    /// features. Allocation-free.
+    /// features: the MLP's, pooled with `top_prob` when the file says so. Allocation-free.
     pub fn confidence(&mut self, hidden: &[f32], top_prob: f32, entropy: f32) -> f32 {
+        let mlp = self.mlp_confidence(hidden, top_prob, entropy);
+        match self.meta.pooling {
+            Some(p) => p.pool(mlp, top_prob),
+            None => mlp,
+        }
+    }
+
+    /// The MLP's own confidence, before any pooling.
+    pub fn mlp_confidence(&mut self, hidden: &[f32], top_prob: f32, entropy: f32) -> f32 {
         let i = self.meta.feature_width;
         features_into(hidden, top_prob, entropy, &mut self.x);
         if self.x.len() != i {
@@ -372,6 +405,7 @@ mod tests {
             calibration: Calibration::from_confidences(&[0.1, 0.2, 0.3, 0.9], &[0.25, 0.5]),
             confidence_calibration: Calibration::default(),
             training: serde_json::json!({"items": 1}),
+            pooling: None,
         }
     }
 
@@ -399,6 +433,46 @@ mod tests {
         assert!((0.0..=1.0).contains(&s));
         assert_eq!(s, b.confidence(&[0.5, -1.0, 2.0], 0.7, 1.2));
         assert_eq!(b.meta().slm_id, "slm-a");
+    }
+
+    #[test]
+    fn a_pooled_router_round_trips_as_format_2_and_scores_its_mlp_pooled_with_top_prob() {
+        let plain = model();
+        assert_eq!(plain.meta().format, 1, "a plain router stays readable by every build");
+        let pooling = ConfidencePooling { router_weight: 0.5 };
+        let meta = RouterMeta { pooling: Some(pooling), ..plain.meta().clone() };
+        let mut pooled = MlpRouterModel::new(meta, plain.weights().clone()).unwrap();
+        assert_eq!(pooled.meta().format, 2);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pooled.safetensors");
+        pooled.save(&path).unwrap();
+        let mut loaded = MlpRouterModel::load(&path).unwrap();
+        assert_eq!(loaded.meta().pooling, Some(pooling));
+        let (h, t, e) = ([0.5, -1.0, 2.0], 0.9, 0.4);
+        let mlp = loaded.mlp_confidence(&h, t, e);
+        assert_eq!(loaded.confidence(&h, t, e), pooling.pool(mlp, t));
+        assert_eq!(loaded.confidence(&h, t, e), pooled.confidence(&h, t, e));
+        assert_ne!(loaded.confidence(&h, t, e), mlp);
+    }
+
+    #[test]
+    fn a_pooled_router_marked_format_1_or_with_a_weight_outside_0_to_1_is_refused() {
+        let plain = model();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.safetensors");
+        plain.save(&path).unwrap();
+        // Rewrite the header as an older writer would have: pooling under format 1.
+        let bytes = std::fs::read(&path).unwrap();
+        let header = RouterHeader::from_bytes(&bytes).unwrap();
+        let mut meta: serde_json::Value = serde_json::from_str(&header.meta_json).unwrap();
+        meta["pooling"] = serde_json::json!({"router_weight": 0.5});
+        let st = SafeTensors::deserialize(&bytes).unwrap();
+        let tensors: Vec<(String, TensorView<'_>)> = st.tensors();
+        safetensors::serialize_to_file(tensors, Some(HashMap::from([(META_KEY.to_string(), meta.to_string())])), &path).unwrap();
+        let e = MlpRouterModel::load(&path).unwrap_err();
+        assert!(e.to_string().contains("pooling needs 2"), "{e}");
+        let bad = RouterMeta { pooling: Some(ConfidencePooling { router_weight: 1.5 }), ..plain.meta().clone() };
+        assert!(MlpRouterModel::new(bad, plain.weights().clone()).is_err());
     }
 
     #[test]
