@@ -34,6 +34,9 @@ _router__lab() {
             router__lab,labels)
                 cmd="router__lab__subcmd__labels"
                 ;;
+            router__lab,pool)
+                cmd="router__lab__subcmd__pool"
+                ;;
             router__lab,train)
                 cmd="router__lab__subcmd__train"
                 ;;
@@ -55,6 +58,9 @@ _router__lab() {
             router__lab__subcmd__help,labels)
                 cmd="router__lab__subcmd__help__subcmd__labels"
                 ;;
+            router__lab__subcmd__help,pool)
+                cmd="router__lab__subcmd__help__subcmd__pool"
+                ;;
             router__lab__subcmd__help,train)
                 cmd="router__lab__subcmd__help__subcmd__train"
                 ;;
@@ -65,7 +71,7 @@ _router__lab() {
 
     case "${cmd}" in
         router__lab)
-            opts="-h -V --log --help --version labels train eval-cqa compare-teachers check-served curves help"
+            opts="-h -V --log --help --version labels train pool eval-cqa compare-teachers check-served curves help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -179,7 +185,7 @@ _router__lab() {
             return 0
             ;;
         router__subcmd__lab__subcmd__curves)
-            opts="-h --items --title --out --log --help"
+            opts="-h --items --title --out --with --log --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -194,6 +200,10 @@ _router__lab() {
                     return 0
                     ;;
                 --out)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --with)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -359,7 +369,7 @@ _router__lab() {
             return 0
             ;;
         router__subcmd__lab__subcmd__help)
-            opts="labels train eval-cqa compare-teachers check-served curves help"
+            opts="labels train pool eval-cqa compare-teachers check-served curves help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -456,6 +466,20 @@ _router__lab() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        router__subcmd__lab__subcmd__help__subcmd__pool)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         router__subcmd__lab__subcmd__help__subcmd__train)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -514,6 +538,48 @@ _router__lab() {
                     return 0
                     ;;
                 --batch)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        router__subcmd__lab__subcmd__pool)
+            opts="-h --router --router-weight --out --calibration-items --calibration-data --calibration-tasks --log --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --router)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --router-weight)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --out)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --calibration-items)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --calibration-data)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --calibration-tasks)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -59,10 +59,23 @@ _arguments "${_arguments_options[@]}" : \
 '--weight-decay=[AdamW weight decay]:WEIGHT_DECAY:_default' \
 '--dropout=[Dropout on the hidden layer while training]:DROPOUT:_default' \
 '--holdout-pct=[Percentage of items held out for model selection and tau calibration]:HOLDOUT_PCT:_default' \
-'--calibration-items=[Calibrate tau on the SLM'\''s own greedy answers to this many training prompts (the last items of --calibration-data, skipping any that were labelled), i.e. on the token distribution the router meets at run time; 0 calibrates on the held-out teacher-forced positions instead]:CALIBRATION_ITEMS:_default' \
+'--calibration-items=[Calibrate tau on the SLM'\''s own greedy answers to this many training prompts (the last items of each calibration task, skipping any that were labelled), i.e. on the token distribution the router meets at run time; 0 (\`train\` only) calibrates on the held-out teacher-forced positions instead]:CALIBRATION_ITEMS:_default' \
 '--calibration-data=[Prompts for on-policy calibration (CommonsenseQA)]:CALIBRATION_DATA:_files' \
 '*--calibration-tasks=[Tasks whose prompts calibrate tau, \`--calibration-items\` shared equally among them, the last items of each not used for labels (\`cqa\` = \`--calibration-data\`); training tasks only (see \`router-lab labels --task\`). A router for mixed traffic is calibrated on the mix, so that a rate means the same share on each]:CALIBRATION_TASKS:_default' \
 '--seed=[Seed for initialisation and shuffling]:SEED:_default' \
+'--log=[Log filter (tracing'\''s EnvFilter syntax), e.g. \`info\` or \`router_lab=debug\`]:LOG:_default' \
+'-h[Print help]' \
+'--help[Print help]' \
+&& ret=0
+;;
+(pool)
+_arguments "${_arguments_options[@]}" : \
+'--router=[The trained router file whose score is pooled (its own pooling, if any, is replaced)]:ROUTER:_files' \
+'--router-weight=[Weight of the router'\''s log-odds against the SLM'\''s top probability'\''s\: 1 is the router alone, 0 the SLM'\''s confidence alone]:ROUTER_WEIGHT:_default' \
+'--out=[The pooled router file to write]:OUT:_files' \
+'--calibration-items=[Calibrate tau on the SLM'\''s own greedy answers to this many training prompts (the last items of each calibration task, skipping any that were labelled), i.e. on the token distribution the router meets at run time; 0 (\`train\` only) calibrates on the held-out teacher-forced positions instead]:CALIBRATION_ITEMS:_default' \
+'--calibration-data=[Prompts for on-policy calibration (CommonsenseQA)]:CALIBRATION_DATA:_files' \
+'*--calibration-tasks=[Tasks whose prompts calibrate tau, \`--calibration-items\` shared equally among them, the last items of each not used for labels (\`cqa\` = \`--calibration-data\`); training tasks only (see \`router-lab labels --task\`). A router for mixed traffic is calibrated on the mix, so that a rate means the same share on each]:CALIBRATION_TASKS:_default' \
 '--log=[Log filter (tracing'\''s EnvFilter syntax), e.g. \`info\` or \`router_lab=debug\`]:LOG:_default' \
 '-h[Print help]' \
 '--help[Print help]' \
@@ -147,6 +160,7 @@ _arguments "${_arguments_options[@]}" : \
 '--items=[An evaluation'\''s results directory (or its \`items.jsonl\`)]:ITEMS:_files' \
 '--title=[The task'\''s name on the figure]:TITLE:_default' \
 '--out=[Where to write \`curves.json\` and \`curves.svg\` \[default\: beside the items\]]:OUT:_files' \
+'*--with=[Another evaluation of the same task, models and settings, \`NAME=DIR\`, whose \`router@RATE\` runs join these as \`NAME@RATE\` on the items both hold (repeatable)]:WITH:_default' \
 '--log=[Log filter (tracing'\''s EnvFilter syntax), e.g. \`info\` or \`router_lab=debug\`]:LOG:_default' \
 '-h[Print help]' \
 '--help[Print help]' \
@@ -169,6 +183,10 @@ _arguments "${_arguments_options[@]}" : \
 && ret=0
 ;;
 (train)
+_arguments "${_arguments_options[@]}" : \
+&& ret=0
+;;
+(pool)
 _arguments "${_arguments_options[@]}" : \
 && ret=0
 ;;
@@ -206,6 +224,7 @@ _router-lab_commands() {
     local commands; commands=(
 'labels:Label router training data\: teacher-force the SLM and LLM over reference chains of thought, or roll out the SLM'\''s own answers (\`--on-policy\`)' \
 'train:Train the router MLP on labels files and calibrate tau to escalation rates' \
+'pool:Pool a trained router'\''s score with the SLM'\''s own top probability (in log-odds, a weight on each) and recalibrate tau\: a router that leans on the SLM'\''s confidence, not retrained' \
 'eval-cqa:Evaluate routing policies on a task (CommonsenseQA by default; \`--task humaneval\`, \`bigbench\:NAME\`)\: accuracy vs share of tokens escalated' \
 'compare-teachers:Compare the teacher-forced choices of the in-process LLM and an engine serving the same LLM\: share of positions that agree, and the log-probability margins where they differ' \
 'check-served:Check a served run (\`eval --gateway\`) against the position-by-position reference\: every token the LLM chose or accepted must be its choice there, every other one the SLM'\''s' \
@@ -239,6 +258,7 @@ _router-lab__subcmd__help_commands() {
     local commands; commands=(
 'labels:Label router training data\: teacher-force the SLM and LLM over reference chains of thought, or roll out the SLM'\''s own answers (\`--on-policy\`)' \
 'train:Train the router MLP on labels files and calibrate tau to escalation rates' \
+'pool:Pool a trained router'\''s score with the SLM'\''s own top probability (in log-odds, a weight on each) and recalibrate tau\: a router that leans on the SLM'\''s confidence, not retrained' \
 'eval-cqa:Evaluate routing policies on a task (CommonsenseQA by default; \`--task humaneval\`, \`bigbench\:NAME\`)\: accuracy vs share of tokens escalated' \
 'compare-teachers:Compare the teacher-forced choices of the in-process LLM and an engine serving the same LLM\: share of positions that agree, and the log-probability margins where they differ' \
 'check-served:Check a served run (\`eval --gateway\`) against the position-by-position reference\: every token the LLM chose or accepted must be its choice there, every other one the SLM'\''s' \
@@ -277,6 +297,11 @@ _router-lab__subcmd__help__subcmd__labels_commands() {
     local commands; commands=()
     _describe -t commands 'router-lab help labels commands' commands "$@"
 }
+(( $+functions[_router-lab__subcmd__help__subcmd__pool_commands] )) ||
+_router-lab__subcmd__help__subcmd__pool_commands() {
+    local commands; commands=()
+    _describe -t commands 'router-lab help pool commands' commands "$@"
+}
 (( $+functions[_router-lab__subcmd__help__subcmd__train_commands] )) ||
 _router-lab__subcmd__help__subcmd__train_commands() {
     local commands; commands=()
@@ -286,6 +311,11 @@ _router-lab__subcmd__help__subcmd__train_commands() {
 _router-lab__subcmd__labels_commands() {
     local commands; commands=()
     _describe -t commands 'router-lab labels commands' commands "$@"
+}
+(( $+functions[_router-lab__subcmd__pool_commands] )) ||
+_router-lab__subcmd__pool_commands() {
+    local commands; commands=()
+    _describe -t commands 'router-lab pool commands' commands "$@"
 }
 (( $+functions[_router-lab__subcmd__train_commands] )) ||
 _router-lab__subcmd__train_commands() {
