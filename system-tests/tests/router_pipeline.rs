@@ -87,6 +87,23 @@ fn label_train_evaluate_and_serve() {
     let other = lab(&["eval-cqa", "--data", &data("validation.jsonl"), "--limit", "2", "--rates", "0.2", "--router", &router_s, "--out", &eval_s]);
     assert!(!other.status.success() && String::from_utf8_lossy(&other.stderr).contains("another configuration"));
 
+    // The same router pooled with the SLM's confidence: recalibrated, evaluated alone, and drawn
+    // against the baselines above.
+    let pooled = dir.path().join("pooled.safetensors");
+    let pooled_s = pooled.display().to_string();
+    ok(lab(&["pool", "--router", &router_s, "--router-weight", "0.5", "--out", &pooled_s, "--calibration-items", "2", "--calibration-data", &data("train_router.jsonl")]));
+    let header = common::router_header::RouterHeader::from_file(&pooled).unwrap();
+    let meta: serde_json::Value = serde_json::from_str(&header.meta_json).unwrap();
+    assert_eq!((meta["format"].as_u64(), meta["pooling"]["router_weight"].as_f64()), (Some(2), Some(0.5)), "{meta}");
+    let pooled_eval = dir.path().join("eval-pooled").display().to_string();
+    ok(lab(&["eval-cqa", "--data", &data("validation.jsonl"), "--limit", "2", "--rates", "0.1,0.3", "--router", &pooled_s, "--policies", "router", "--out", &pooled_eval]));
+    let both_dir = dir.path().join("both").display().to_string();
+    let out = ok(lab(&["curves", "--items", &eval_s, "--with", &format!("pooled={pooled_eval}"), "--out", &both_dir]));
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    // Two items rarely show an LLM ahead of the SLM, so no gap or lead is asserted: the pooled
+    // router's runs are drawn beside the baselines, on both items.
+    assert!(table.starts_with("2 items") && table.contains("pooled: escalated") && table.contains("confidence: escalated"), "{table}");
+
     // The served system: the same router and rate through a real gateway with the LLM.
     let (cert, key) = cert_pair(dir.path());
     let port = free_udp_port();
