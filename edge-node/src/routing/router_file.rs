@@ -14,11 +14,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use common::router_header::RouterHeader;
-
-use super::pooled::ConfidencePooling;
 use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
 use serde::{Deserialize, Serialize};
+
+use super::pooled::ConfidencePooling;
 
 /// Version of the feature vector: the SLM's final hidden state, then its top next-token
 /// probability, then the entropy (nats) of that distribution.
