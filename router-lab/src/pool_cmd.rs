@@ -20,8 +20,8 @@ pub struct PoolArgs {
     #[arg(long, env = "DUET_POOL_ROUTER")]
     pub router: PathBuf,
     /// Weight of the router's log-odds against the SLM's top probability's: 1 is the router
-    /// alone, 0 the SLM's confidence alone (the default led or tied confidence at every rate of
-    /// the shipped router's evaluation curves; 0.5 trailed it at 10 %).
+    /// alone, 0 the SLM's confidence alone (the default is the weight whose evaluation curves
+    /// lead or tie the SLM's confidence at every rate).
     #[arg(long, env = "DUET_POOL_ROUTER_WEIGHT", default_value_t = 0.25, value_parser = parse_weight)]
     pub router_weight: f32,
     /// The pooled router file to write.
@@ -51,7 +51,11 @@ pub fn run(args: PoolArgs) -> anyhow::Result<()> {
     let slm_id = model.meta().slm_id.clone();
     let (pooled, top_probs) = calibration::on_policy_scores(&slm_id, &chosen, &mut model)?;
     eprintln!("calibrated on {} positions", pooled.len());
-    let mut training = source.meta().training.clone();
+    // The training report is free-form: one that is not a JSON object is kept under a key.
+    let mut training = match source.meta().training.clone() {
+        t @ serde_json::Value::Object(_) => t,
+        other => serde_json::json!({ "training": other }),
+    };
     training["pooling"] = serde_json::json!({
         "router_weight": args.router_weight,
         "from": args.router.file_name().map(|n| n.to_string_lossy().into_owned()),
