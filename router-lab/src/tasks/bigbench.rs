@@ -75,7 +75,7 @@ fn label(i: usize) -> String {
 pub fn read(root: &Path, name: &str, limit: Option<usize>) -> anyhow::Result<Vec<Question>> {
     bigbench_allowed(name)?;
     let path = root.join(name).join("task.json");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {} (is `{name}` in deploy/eval/tasks/bigbench-tasks.txt? run deploy/eval/tasks/setup)", path.display()))?;
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {} (is `{name}` in deploy/eval/tasks/bigbench-tasks.txt? run deploy/eval/tasks/setup, which needs the bigbench 1.0.0 sdist: BIGBENCH_SDIST=FILE where the package index does not serve it)", path.display()))?;
     let file: TaskFile = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
     if file.examples.is_empty() {
         bail!("{} has no examples (a task with subtasks: name one, e.g. {name}/<subtask>)", path.display());
