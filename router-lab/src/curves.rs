@@ -23,10 +23,8 @@ use crate::rate_choice::{choose, OperatingPoint, RateChoice};
 
 /// The policy drawn against the router: the SLM's own top probability.
 const BASELINE: &str = "confidence";
-/// The policy whose curve chooses the supported rate (every policy but the baseline and
-/// random has its lead measured).
-const CHALLENGER: &str = "router";
-/// The policy whose slope is the floor of the rate a curve supports.
+/// The policy whose slope is the floor of the rate a curve supports (every other policy's curve
+/// is read against it; every policy but it and the baseline has its lead measured).
 const RANDOM: &str = "random";
 
 /// A 95 % interval (2.5th and 97.5th percentiles of the resamples).
@@ -85,9 +83,20 @@ pub struct Curves {
     pub points: Vec<CurvePoint>,
     /// Each router's lead over confidence at each rate both were run at, by policy then rate.
     pub leads: Vec<Lead>,
-    /// The rate the router's curve supports against random routing
-    /// ([`crate::rate_choice`]).
-    pub rate_choice: Option<RateChoice>,
+    /// The rate each policy's curve supports against random routing ([`crate::rate_choice`]),
+    /// by policy: the routers' and the SLM's confidence's, so a default rate can be read off
+    /// the router a device runs.
+    pub rate_choices: Vec<SupportedRate>,
+}
+
+/// The rate one policy's curve supports.
+#[derive(Debug, Clone, Serialize)]
+pub struct SupportedRate {
+    /// The policy (`router`, `confidence`, or a name joined with `router-lab curves --with`).
+    pub policy: String,
+    /// Its choice, with the slopes it was read from.
+    #[serde(flatten)]
+    pub choice: RateChoice,
 }
 
 impl Curves {
@@ -189,7 +198,10 @@ pub fn curves(records: &[ItemRecord], resamples: usize, seed: u64) -> Option<Cur
     let operating = |policy: &str| -> Vec<OperatingPoint> {
         points.iter().filter(|p| p.policy == policy).filter_map(|p| Some(OperatingPoint { target_rate: p.target_rate, share: p.share, gap: p.gap? })).collect()
     };
-    let rate_choice = choose(&operating(CHALLENGER), &operating(RANDOM));
+    let mut policies: Vec<&str> = points.iter().map(|p| p.policy.as_str()).filter(|p| *p != RANDOM).collect();
+    policies.dedup();
+    let random = operating(RANDOM);
+    let rate_choices = policies.into_iter().filter_map(|p| Some(SupportedRate { policy: p.to_string(), choice: choose(&operating(p), &random)? })).collect();
     Some(Curves {
         items: n,
         slm: totals[slm] / n as f64,
@@ -197,7 +209,7 @@ pub fn curves(records: &[ItemRecord], resamples: usize, seed: u64) -> Option<Cur
         llm_minus_slm: ((totals[llm] - totals[slm]) / n as f64, interval(&mut llm_minus_slm)?),
         points,
         leads,
-        rate_choice,
+        rate_choices,
     })
 }
 
@@ -284,6 +296,26 @@ mod tests {
         assert!((lead("router").unwrap() - 0.4).abs() < 1e-9);
         assert!(lead("random").is_none() && lead("confidence").is_none());
         assert!(c.leads.iter().all(|l| l.policy == "pooled" || l.policy == "router"));
+    }
+
+    #[test]
+    fn every_policy_but_random_gets_the_rate_its_curve_supports() {
+        let records: Vec<ItemRecord> = set()
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut r)| {
+                r.runs.push(RunOutcome { run: "random@0.100".into(), answer: None, correct: i < 100, tokens: 20, escalated: 2, text: String::new() });
+                r
+            })
+            .collect();
+        let c = curves(&records, 100, 1).unwrap();
+        let names: Vec<&str> = c.rate_choices.iter().map(|r| r.policy.as_str()).collect();
+        assert_eq!(names, ["confidence", "router"]);
+        // Random: 0.6 of the gap over 0.15 of the tokens, 4 per share. The router: 16 per share
+        // to 5 %, then 2 to 10 %, so it supports 5 %; confidence: 8, then 10, so 10 %.
+        let rate = |p: &str| c.rate_choices.iter().find(|r| r.policy == p).unwrap().choice.rate;
+        assert_eq!(rate("router"), Some(0.05));
+        assert_eq!(rate("confidence"), Some(0.1));
     }
 
     #[test]

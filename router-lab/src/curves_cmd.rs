@@ -182,18 +182,21 @@ pub fn table(c: &Curves) -> String {
         }
         out.push('\n');
     }
-    if let Some(r) = &c.rate_choice {
-        out.push_str(&rate_line(r));
+    if !c.rate_choices.is_empty() {
+        out.push('\n');
+    }
+    for r in &c.rate_choices {
+        out.push_str(&rate_line(&r.policy, &r.choice));
     }
     out
 }
 
-/// The rate the router's curve supports, with the slopes it was read from (gap points per
-/// point of tokens escalated).
-fn rate_line(r: &RateChoice) -> String {
+/// The rate `policy`'s curve supports, with the slopes it was read from (gap points per point
+/// of tokens escalated).
+fn rate_line(policy: &str, r: &RateChoice) -> String {
     let slopes: Vec<String> = r.segments.iter().map(|s| format!("to {:.0} %: {:.1}", 100.0 * s.to_rate, s.gain_per_share)).collect();
     let rate = r.rate.map_or_else(|| "none (no steeper than random from the first point)".to_string(), pct);
-    format!("\nRate the router's curve supports: {rate} (gap recovered per share escalated, {}; random's average {:.1})\n", slopes.join(", "), r.random_gain_per_share)
+    format!("Rate the {policy} curve supports: {rate} (gap recovered per share escalated, {}; random's average {:.1})\n", slopes.join(", "), r.random_gain_per_share)
 }
 
 fn color(policy: &str) -> RGBColor {
@@ -263,7 +266,7 @@ mod tests {
         assert!(t.contains("| 2 % |") && t.contains("| 5 % |"), "{t}");
         assert!(t.contains("+50 points"), "{t}");
         assert!(t.contains("measurable"), "{t}");
-        assert!(t.contains("Rate the router's curve supports"), "{t}");
+        assert!(t.contains("Rate the router curve supports"), "{t}");
     }
 
     #[test]

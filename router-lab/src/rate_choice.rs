@@ -1,13 +1,16 @@
-//! The escalation rate a curve supports: the highest operating point up to which each further
-//! escalated token, chosen by the router, buys more of the SLM-to-LLM gap than a token chosen
-//! at random buys on average.
+//! The escalation rate a curve supports: the highest operating point whose further escalated
+//! tokens, chosen by the router, still bought more of the SLM-to-LLM gap than tokens chosen at
+//! random buy on average.
 //!
 //! A curve of gap recovered against share escalated rises steeply while the router spends the
-//! cloud on the tokens that decide the answer and flattens once those are taken. Past the
-//! point where its slope (gap per escalated share, between neighbouring operating points)
-//! drops to random routing's average slope, the router picks tokens no better than a coin
-//! would: the cloud's tokens buy little there. That point is the rate the curve supports;
-//! a device's default target should sit at it, not past it.
+//! cloud on the tokens that decide the answer and flattens once those are taken. Where its
+//! slope (gap per escalated share, between neighbouring operating points) has dropped to random
+//! routing's average slope for good, the router picks tokens no better than a coin would: the
+//! cloud's tokens buy little there. The supported rate is the last operating point reached by
+//! a segment steeper than random's; a device's default target should sit at it, not past it.
+//! The curve is read from the top down, so one flat segment at a low rate (a share of 1 % on
+//! 150 answers is a handful of tokens, and a single item moves its gap) does not rule out the
+//! rates above it that do pay.
 //!
 //! Pure: two policies' operating points in, the choice out.
 
@@ -37,8 +40,8 @@ pub struct Segment {
 /// The rate a curve supports, with the slopes it was read from.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RateChoice {
-    /// The highest target rate reached before the router's slope first falls to random's;
-    /// `None` when even its first segment is no steeper than random routing.
+    /// The highest target rate whose segment is steeper than random routing; `None` when no
+    /// segment is.
     pub rate: Option<f64>,
     /// Random routing's average gap recovered per share escalated (its gaps over its shares).
     pub random_gain_per_share: f64,
@@ -66,12 +69,7 @@ pub fn choose(router: &[OperatingPoint], random: &[OperatingPoint]) -> Option<Ra
         segments.push(Segment { to_rate: p.target_rate, gain_per_share: (p.gap - gap) / (p.share - share) });
         (share, gap) = (p.share, p.gap);
     }
-    let below = segments.iter().position(|s| s.gain_per_share <= random);
-    let rate = match below {
-        Some(0) => None,
-        Some(k) => Some(segments[k - 1].to_rate),
-        None => segments.last().map(|s| s.to_rate),
-    };
+    let rate = segments.iter().rposition(|s| s.gain_per_share > random).map(|k| segments[k].to_rate);
     Some(RateChoice { rate, random_gain_per_share: random, segments })
 }
 
@@ -109,6 +107,17 @@ mod tests {
         assert_eq!(choose(&router, &random).unwrap().rate, Some(0.10));
         let flat = choose(&[at(0.05, 0.05, 0.05), at(0.1, 0.1, 0.1)], &[at(0.1, 0.1, 0.2)]).unwrap();
         assert_eq!(flat.rate, None, "1.0 per share against random's 2.0");
+    }
+
+    #[test]
+    fn a_flat_segment_at_a_low_rate_does_not_rule_out_the_rates_above_it_that_pay() {
+        // BIG-bench object_counting, pooled router: one item fewer at 1 %, then steeper than
+        // random up to 20 %.
+        let random = [at(0.01, 0.011, -0.03), at(0.05, 0.05, 0.03), at(0.1, 0.102, 0.23), at(0.2, 0.192, 0.26)];
+        let router = [at(0.01, 0.011, -0.03), at(0.02, 0.021, 0.06), at(0.05, 0.05, 0.17), at(0.1, 0.101, 0.31), at(0.2, 0.2, 0.69)];
+        let c = choose(&router, &random).unwrap();
+        assert!(c.segments[0].gain_per_share < 0.0);
+        assert_eq!(c.rate, Some(0.2));
     }
 
     #[test]
