@@ -1,10 +1,13 @@
 //! The trained router shipped inside edge-node, on the real 0.5B SLM: it loads for the default
 //! SLM and, on CommonsenseQA validation questions it was never trained on, escalates about the
-//! share of tokens its default operating point promises.
+//! share of tokens its default operating point promises; signed into a fleet bundle, a device
+//! running that SLM accepts it as the same router.
 
 use std::ops::ControlFlow;
 
+use common::fleet::{Bundle, BundleManifest, BundleRef, DeviceSettings, SigningKey};
 use edge_node::args::trained_router;
+use edge_node::fleet::{accept, DeviceTarget};
 use edge_node::decode::{decode, DecodeParams, NoCloud, OnnxSlm};
 use edge_node::routing::router::MlpRouter;
 use edge_node::routing::shipped_router::{shipped_name, DEFAULT_ESCALATION_RATE};
@@ -66,4 +69,30 @@ fn default_router_for_an_slm_without_one_is_the_confidence_router() {
     let mut other = files.manifest.clone();
     other.id = "an-slm-nobody-trained-a-router-for".into();
     assert!(trained_router("default", &other, &other.tokenizer_fingerprint).expect("falls back").is_none());
+}
+
+#[test]
+fn the_shipped_router_signed_into_a_bundle_is_accepted_by_a_device_as_the_same_router() {
+    let files = ModelFiles::locate(DEFAULT_SLM).expect("the default SLM is prepared");
+    let m = &files.manifest;
+    // The bytes compiled in, as an operator hands them to `cloud-gateway fleet bundle`.
+    let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/routers/qwen2.5-coder-0.5b-instruct.router.safetensors")).expect("the shipped router file");
+    let key = SigningKey::generate().expect("a signing key").0;
+    let manifest = BundleManifest {
+        version: "shipped-1".into(),
+        slm_id: m.id.clone(),
+        tokenizer_fingerprint: m.tokenizer_fingerprint.clone(),
+        settings: DeviceSettings { escalation_rate: Some(DEFAULT_ESCALATION_RATE), ..DeviceSettings::default() },
+        router_sha256: Default::default(),
+        key_id: [0; 8],
+        created_unix: 0,
+    };
+    let bundle = Bundle::sign(manifest, bytes, &key).expect("signs").encode();
+    let target = DeviceTarget { slm_id: m.id.clone(), tokenizer_fingerprint: m.tokenizer_fingerprint.clone(), hidden_size: m.hidden_size };
+    let active = accept(&bundle, &BundleRef::of("shipped-1", &bundle), &key.verifying_key(), &target).expect("the device accepts it");
+    let (shipped, _) = trained_router("default", m, &m.tokenizer_fingerprint).expect("loads").expect("ships");
+    assert_eq!(active.router.meta().pooling, shipped.meta().pooling, "pooling travels with the file");
+    let (a, b) = (active.router.meta().calibration.tau_for_rate(DEFAULT_ESCALATION_RATE).expect("tau"), shipped.meta().calibration.tau_for_rate(DEFAULT_ESCALATION_RATE).expect("tau"));
+    assert_eq!(a, b, "the same calibration");
+    assert_eq!(active.settings.escalation_rate, Some(DEFAULT_ESCALATION_RATE));
 }

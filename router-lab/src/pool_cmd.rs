@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::Args;
 use edge_node::routing::pooled::ConfidencePooling;
 use edge_node::routing::router_file::{Calibration, MlpRouterModel, RouterMeta};
+use edge_node::routing::shipped_router::SHIPPED_ROUTER_WEIGHT;
 
 use crate::calibration::{self, CalibrationArgs};
 
@@ -21,8 +22,8 @@ pub struct PoolArgs {
     pub router: PathBuf,
     /// Weight of the router's log-odds against the SLM's top probability's: 1 is the router
     /// alone, 0 the SLM's confidence alone (the default is the weight whose evaluation curves
-    /// lead or tie the SLM's confidence at every rate).
-    #[arg(long, env = "DUET_POOL_ROUTER_WEIGHT", default_value_t = 0.25, value_parser = parse_weight)]
+    /// lead or tie the SLM's confidence at every rate, the shipped routers' weight).
+    #[arg(long, env = "DUET_POOL_ROUTER_WEIGHT", default_value_t = SHIPPED_ROUTER_WEIGHT, value_parser = parse_weight)]
     pub router_weight: f32,
     /// The pooled router file to write.
     #[arg(long, env = "DUET_POOL_OUT")]

@@ -71,7 +71,7 @@ _arguments "${_arguments_options[@]}" : \
 (pool)
 _arguments "${_arguments_options[@]}" : \
 '--router=[The trained router file whose score is pooled (its own pooling, if any, is replaced)]:ROUTER:_files' \
-'--router-weight=[Weight of the router'\''s log-odds against the SLM'\''s top probability'\''s\: 1 is the router alone, 0 the SLM'\''s confidence alone (the default is the weight whose evaluation curves lead or tie the SLM'\''s confidence at every rate)]:ROUTER_WEIGHT:_default' \
+'--router-weight=[Weight of the router'\''s log-odds against the SLM'\''s top probability'\''s\: 1 is the router alone, 0 the SLM'\''s confidence alone (the default is the weight whose evaluation curves lead or tie the SLM'\''s confidence at every rate, the shipped routers'\'' weight)]:ROUTER_WEIGHT:_default' \
 '--out=[The pooled router file to write]:OUT:_files' \
 '--calibration-items=[Calibrate tau on the SLM'\''s own greedy answers to this many training prompts (the last items of each calibration task, skipping any that were labelled), i.e. on the token distribution the router meets at run time; 0 (\`train\` only) calibrates on the held-out teacher-forced positions instead]:CALIBRATION_ITEMS:_default' \
 '--calibration-data=[Prompts for on-policy calibration (CommonsenseQA)]:CALIBRATION_DATA:_files' \
