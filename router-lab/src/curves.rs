@@ -247,6 +247,19 @@ mod tests {
             .collect()
     }
 
+    /// [`set`] with one more run on every item, right where `correct(item)`.
+    fn set_with(run: &str, escalated: usize, correct: impl Fn(usize) -> bool) -> Vec<ItemRecord> {
+        let extra = |i| RunOutcome { run: run.into(), answer: None, correct: correct(i), tokens: 20, escalated, text: String::new() };
+        set()
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut r)| {
+                r.runs.push(extra(i));
+                r
+            })
+            .collect()
+    }
+
     #[test]
     fn a_router_ahead_on_the_same_items_has_a_lead_interval_above_zero_and_a_tie_straddles_it() {
         let c = curves(&set(), 2000, 7).unwrap();
@@ -282,15 +295,7 @@ mod tests {
 
     #[test]
     fn every_router_beside_the_shipped_one_gets_its_own_lead_over_confidence() {
-        let records: Vec<ItemRecord> = set()
-            .into_iter()
-            .enumerate()
-            .map(|(i, mut r)| {
-                r.runs.push(RunOutcome { run: "pooled@0.050".into(), answer: None, correct: i < 130, tokens: 20, escalated: 1, text: String::new() });
-                r
-            })
-            .collect();
-        let c = curves(&records, 500, 1).unwrap();
+        let c = curves(&set_with("pooled@0.050", 1, |i| i < 130), 500, 1).unwrap();
         let lead = |policy: &str| c.leads.iter().find(|l| l.policy == policy && (l.target_rate - 0.05).abs() < 1e-9).map(|l| l.lead);
         assert!((lead("pooled").unwrap() - 0.5).abs() < 1e-9);
         assert!((lead("router").unwrap() - 0.4).abs() < 1e-9);
@@ -300,15 +305,7 @@ mod tests {
 
     #[test]
     fn every_policy_but_random_gets_the_rate_its_curve_supports() {
-        let records: Vec<ItemRecord> = set()
-            .into_iter()
-            .enumerate()
-            .map(|(i, mut r)| {
-                r.runs.push(RunOutcome { run: "random@0.100".into(), answer: None, correct: i < 100, tokens: 20, escalated: 2, text: String::new() });
-                r
-            })
-            .collect();
-        let c = curves(&records, 100, 1).unwrap();
+        let c = curves(&set_with("random@0.100", 2, |i| i < 100), 100, 1).unwrap();
         let names: Vec<&str> = c.rate_choices.iter().map(|r| r.policy.as_str()).collect();
         assert_eq!(names, ["confidence", "router"]);
         // Random: 0.6 of the gap over 0.15 of the tokens, 4 per share. The router: 16 per share
