@@ -36,6 +36,9 @@ async fn main() -> anyhow::Result<()> {
         tracing::warn!("{warning}");
     }
     let config = args.gateway_config()?;
+    // The recorder first: the engine pool sets each worker's gauges as it connects, and a gauge
+    // set before the recorder exists is lost (its panel would stay empty until a transition).
+    cloud_gateway::http::prometheus();
     let gateway = if config.engines.pool.engines.is_empty() {
         let backend = tokio::task::spawn_blocking({
             let args = args.clone();

@@ -479,3 +479,33 @@ fn the_example_gateway_config_is_accepted_and_a_typo_is_refused_by_name() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("unknown key `max-bacth`"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_process_exports_each_engine_workers_gauges_from_its_first_scrape() {
+    // The process, not the library: its recorder must be in place before the pool connects, or
+    // the gauges set as each worker joins are lost and the dashboard's worker panel stays empty.
+    let _serial = SERIAL.lock().await;
+    let engine = LlamaServer::start(1).await;
+    let http = LlamaServer::free_port();
+    let mut gateway = std::process::Command::new(gateway_exe())
+        .args(["--listen", "127.0.0.1:0", "--http-listen", &format!("127.0.0.1:{http}"), "--log", "warn", "--engine", &format!("llamacpp={}", engine.url())])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let metrics = loop {
+        if let Ok(r) = reqwest::get(format!("http://127.0.0.1:{http}/metrics")).await {
+            break r.text().await.unwrap();
+        }
+        assert!(t.elapsed() < Duration::from_secs(120), "the gateway's side port never answered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    gateway.kill().unwrap();
+    gateway.wait().unwrap();
+    let label = engine.url();
+    for (name, want) in [("duet_gateway_engine_member", 1.0), ("duet_gateway_engine_healthy", 1.0), ("duet_gateway_engine_breaker_state", 0.0)] {
+        let line = metrics.lines().find(|l| l.starts_with(name) && l.contains(&format!("worker=\"{label}\"")));
+        assert!(line.is_some(), "{name} for {label} missing from:\n{metrics}");
+        assert_eq!(metric_for(&metrics, name, &label, ""), want, "{name}");
+    }
+}
